@@ -1,0 +1,31 @@
+# The README's two commands: `make serve` and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.gramserve-installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: install serve test test-unit prepare-model
+
+$(STAMP): pyproject.toml scripts/install.sh
+	bash scripts/install.sh $(VENV)
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+prepare-model: install
+	$(VENV)/bin/gramserve prepare-model
+
+serve: install
+	$(VENV)/bin/gramserve prepare-model
+	$(VENV)/bin/gramserve serve --host $(HOST) --port $(PORT) $(ARGS)
+
+test: install
+	bash scripts/install-deploy-tools.sh
+	$(VENV)/bin/gramserve prepare-model
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: install
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -1,0 +1,31 @@
+"""create_app(state): the FastAPI application around one engine."""
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from .errors import install_error_handlers
+from .middleware import GatewayMiddleware
+from .routes import chat, completions, health, metrics, models
+from .state import ServerState
+
+__all__ = ["create_app"]
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="gramserve", version="0.1.0", docs_url=None, redoc_url=None)
+    app.state.gs = state
+    install_error_handlers(app)
+    for module in (chat, completions, models, health, metrics):
+        app.include_router(module.router)
+    try:
+        from .routes import schemas
+
+        app.include_router(schemas.router)
+    except ImportError:  # the diagnostics endpoint ships with the schema-support module
+        pass
+    if state.settings.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.cors_origins),
+                           allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(GatewayMiddleware, state=state)
+    return app

@@ -1,0 +1,329 @@
+"""Chat completions: request -> prompt + constraint -> engine -> message (JSON or SSE).
+
+The route validates and calls :func:`prepare_chat`, then :func:`chat_response` or
+:func:`chat_stream`. Parsing of reasoning and tool calls lives in ``server.stream``;
+this module only wires the pieces and applies the OpenAI response rules.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from . import metrics
+from .engine.base import EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
+from .errors import APIError, bad_request
+from .generation import GenerationTimer, check_context, resolve_max_tokens
+from .output_checks import ToolCallChecker, validate_json_output
+from .protocol import ChatCompletionRequest, usage_dict
+from .state import check_model
+from .structured import build_constraint
+from .sse import DONE, chunk, sse_event
+from .state import ServerState
+from .stream import MessageStream
+
+__all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine"]
+
+log = logging.getLogger("gramserve.chat")
+
+
+@dataclass
+class PreparedChat:
+    request: ChatCompletionRequest
+    id: str
+    created: int
+    prompt_ids: list[int]
+    gen: GenerateRequest
+    tool_names: tuple[str, ...] | None
+    tool_schemas: dict[str, dict[str, Any]]
+    json_schema: dict[str, Any] | None  # validated after generation when not strict
+    strict: bool
+
+
+def _tools_for_prompt(req: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+    if not req.tools or req.tool_choice == "none":
+        return None
+    return [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools]
+
+
+def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
+    """Validate what pydantic cannot, render the prompt and build the constraint."""
+    from .render import RenderError
+
+    check_model(state, req.model)
+    s = state.settings
+    if req.tools and len(req.tools) > s.max_tools:
+        raise bad_request(f"Too many tools: {len(req.tools)} (this server accepts at most {s.max_tools}).",
+                          param="tools", code="too_many_tools")
+    if req.tool_choice not in (None, "none") and not req.tools:
+        raise bad_request("'tool_choice' is set but no 'tools' were given.", param="tool_choice")
+    tools = _tools_for_prompt(req)
+    if tools and state.tool_parser is None:
+        raise bad_request("This server has no tool-call parser for its chat template; start it with "
+                          "--tool-call-parser NAME to use 'tools'.", param="tools", code="tools_unsupported")
+    messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    try:
+        prompt = state.renderer.render(
+            messages, tools=tools, add_generation_prompt=True,
+            chat_template_kwargs=req.chat_template_kwargs,
+        )
+    except RenderError as exc:
+        raise bad_request(str(exc), param=getattr(exc, "param", None) or "messages") from exc
+    prompt_ids = list(state.engine.tokenizer.encode(prompt, add_special_tokens=False))
+    max_tokens = resolve_max_tokens(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),
+                                    param="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
+    check_context(state.engine.max_model_len, len(prompt_ids), max_tokens)
+    constraint, json_schema, strict = build_constraint(state, req, tools)
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    sampling = Sampling(
+        max_tokens=max_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        n=req.n,
+        seed=req.seed,
+        stop=req.stop_list(),
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        logprobs=logprobs,
+        ignore_eos=req.ignore_eos,
+    )
+    rid = "chatcmpl-" + uuid.uuid4().hex
+    tool_schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in (tools or [])}
+    return PreparedChat(
+        request=req, id=rid, created=int(time.time()), prompt_ids=prompt_ids,
+        gen=GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling, constraint=constraint),
+        tool_names=tuple(tool_schemas) if tools else None, tool_schemas=tool_schemas,
+        json_schema=json_schema, strict=strict,
+    )
+
+
+def _new_stream(state: ServerState, p: PreparedChat) -> MessageStream:
+    return MessageStream(
+        tool_parser=state.tool_parser if p.tool_names else None,
+        reasoning_parser=state.reasoning_parser,
+        tool_names=p.tool_names,
+    )
+
+
+def _reasoning_fields(state: ServerState, text: str | None) -> dict[str, Any]:
+    mode = state.settings.reasoning_field
+    if state.reasoning_parser is None:
+        return {}
+    out: dict[str, Any] = {}
+    if mode in ("reasoning_content", "both"):
+        out["reasoning_content"] = text
+    if mode in ("reasoning", "both"):
+        out["reasoning"] = text
+    return out
+
+
+def _logprobs_json(chunks: list[Any]) -> dict[str, Any]:
+    return {
+        "content": [
+            {"token": lp.token, "logprob": lp.logprob, "bytes": lp.bytes,
+             "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in lp.top]}
+            for lp in chunks
+        ],
+        "refusal": None,
+    }
+
+
+class _Choice:
+    """Per-choice accumulation shared by the streamed and non-streamed paths."""
+
+    def __init__(self, state: ServerState, p: PreparedChat, index: int) -> None:
+        self.index = index
+        self.stream = _new_stream(state, p)
+        self.tokens = 0
+        self.finish: str | None = None
+        self.logprobs: list[Any] = []
+
+    def finish_reason(self, final: Any) -> str:
+        if self.finish == "length":
+            return "length"
+        return "tool_calls" if final.tool_calls else "stop"
+
+
+def _final_message(state: ServerState, p: PreparedChat, choice: _Choice, checker: ToolCallChecker) -> dict[str, Any]:
+    final = choice.stream.final_message()
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+        for c in final.tool_calls
+    ]
+    checker.check(final, p.tool_schemas)
+    msg: dict[str, Any] = {"role": "assistant", "content": final.content if (final.content or not calls) else None}
+    if msg["content"] is None and not calls:
+        msg["content"] = ""
+    msg.update(_reasoning_fields(state, final.reasoning))
+    msg["tool_calls"] = calls or None
+    msg["refusal"] = None
+    return msg
+
+
+async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncIterator[TokenChunk]:
+    """The engine's chunks, with engine failures mapped to API errors."""
+    try:
+        async for c in state.engine.generate(gen):
+            yield c
+    except EngineRequestError as exc:
+        raise bad_request(f"The engine rejected the request: {exc}") from exc
+    except EngineDeadError as exc:
+        state.engine_dead = True
+        raise APIError("The engine is not running; retry on another replica.", status=503,
+                       type="server_error", code="engine_dead") from exc
+
+
+async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, Any], dict[str, str]]:
+    """Non-streamed completion. Returns the body and extra response headers."""
+    choices = [_Choice(state, p, i) for i in range(p.request.n)]
+    timer = GenerationTimer()
+    prompt_tokens = len(p.prompt_ids)
+    for_abort = True
+    try:
+        async for c in run_engine(state, p.gen):
+            timer.on_chunk(c)
+            ch = choices[c.index]
+            ch.stream.feed(c.text)
+            ch.tokens += c.num_tokens
+            ch.logprobs.extend(c.logprobs)
+            if c.finish_reason:
+                ch.finish = c.finish_reason
+        for_abort = False
+    finally:
+        timer.close()
+        if for_abort:
+            await state.engine.abort(p.id)
+    checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
+    headers: dict[str, str] = {}
+    out_choices = []
+    for ch in choices:
+        ch.stream.finish()
+        msg = _final_message(state, p, ch, checker)
+        out_choices.append({
+            "index": ch.index,
+            "message": msg,
+            "logprobs": _logprobs_json(ch.logprobs) if p.request.logprobs else None,
+            "finish_reason": ch.finish_reason(ch.stream.final_message()),
+        })
+        if p.json_schema is not None:
+            outcome = validate_json_output(msg.get("content") or "", p.json_schema, finished=ch.finish != "length")
+            headers["x-gramserve-schema-validated"] = outcome
+    completion_tokens = sum(ch.tokens for ch in choices)
+    timer.record(prompt_tokens, completion_tokens)
+    reasoning_tokens = _reasoning_tokens(state, choices)
+    body = {
+        "id": p.id, "object": "chat.completion", "created": p.created, "model": state.engine.model_name,
+        "system_fingerprint": None, "choices": out_choices,
+        "usage": usage_dict(prompt_tokens, completion_tokens, reasoning_tokens),
+    }
+    return body, headers
+
+
+def _reasoning_tokens(state: ServerState, choices: list[_Choice]) -> int | None:
+    if state.reasoning_parser is None:
+        return None
+    total = 0
+    for ch in choices:
+        text = ch.stream.parsed.reasoning
+        if text:
+            total += len(state.engine.tokenizer.encode(text, add_special_tokens=False))
+    return total
+
+
+def _delta_json(delta: Any, tool_ids: dict[int, str], state: ServerState) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if delta.reasoning:
+        out.update(_reasoning_fields(state, delta.reasoning))
+    if delta.content:
+        out["content"] = delta.content
+    if delta.tool_calls:
+        calls = []
+        for tc in delta.tool_calls:
+            if tc.name is not None:
+                calls.append({"index": tc.index, "id": tc.id, "type": "function",
+                              "function": {"name": tc.name, "arguments": tc.arguments}})
+            else:
+                calls.append({"index": tc.index, "function": {"arguments": tc.arguments}})
+        out["tool_calls"] = calls
+    return out
+
+
+async def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[bytes]:
+    """SSE stream, framed like OpenAI's: role first, one id, finish chunk, usage, [DONE]."""
+    req = p.request
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    choices = [_Choice(state, p, i) for i in range(req.n)]
+    model = state.engine.model_name
+    timer = GenerationTimer()
+    finished = False
+
+    def frame(choice_list: list[dict[str, Any]]) -> bytes:
+        return sse_event(chunk(id=p.id, created=p.created, model=model, choices=choice_list))
+
+    try:
+        for ch in choices:
+            yield frame([{"index": ch.index, "delta": {"role": "assistant", "content": ""},
+                          "logprobs": None, "finish_reason": None}])
+        try:
+            async for c in run_engine(state, p.gen):
+                timer.on_chunk(c)
+                ch = choices[c.index]
+                ch.tokens += c.num_tokens
+                delta = ch.stream.feed(c.text)
+                if c.finish_reason:
+                    ch.finish = c.finish_reason
+                    tail = ch.stream.finish()
+                    delta = _merge(delta, tail)
+                body = _delta_json(delta, {}, state) if delta else {}
+                if body or (c.logprobs and req.logprobs):
+                    yield frame([{"index": ch.index, "delta": body,
+                                  "logprobs": _logprobs_json(list(c.logprobs)) if req.logprobs else None,
+                                  "finish_reason": None}])
+                if c.finish_reason:
+                    final = ch.stream.final_message()
+                    ToolCallChecker(parser=getattr(state.tool_parser, "name", "none")).check(final, p.tool_schemas)
+                    yield frame([{"index": ch.index, "delta": {}, "logprobs": None,
+                                  "finish_reason": ch.finish_reason(final)}])
+        except APIError as exc:
+            yield sse_event(exc.body())
+            yield DONE
+            finished = True
+            return
+        completion_tokens = sum(ch.tokens for ch in choices)
+        timer.record(len(p.prompt_ids), completion_tokens)
+        if include_usage:
+            usage = usage_dict(len(p.prompt_ids), completion_tokens, _reasoning_tokens(state, choices))
+            yield sse_event(chunk(id=p.id, created=p.created, model=model, choices=[], usage=usage))
+        yield DONE
+        finished = True
+    finally:
+        timer.close()
+        if not finished:
+            metrics.CLIENT_DISCONNECTS.inc()
+            await state.engine.abort(p.id)
+
+
+def _merge(a: Any, b: Any) -> Any:
+    """Concatenate two successive MessageDeltas (the last feed and the final flush)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    from .stream import MessageDelta, ToolCallDelta
+
+    calls: list[Any] = []
+    for tc in tuple(a.tool_calls) + tuple(b.tool_calls):
+        if calls and calls[-1].index == tc.index:  # same call: arguments only grow
+            prev = calls[-1]
+            calls[-1] = ToolCallDelta(index=prev.index, id=prev.id, name=prev.name,
+                                      arguments=prev.arguments + tc.arguments)
+        else:
+            calls.append(tc)
+    return MessageDelta(
+        reasoning=((a.reasoning or "") + (b.reasoning or "")) or None,
+        content=((a.content or "") + (b.content or "")) or None,
+        tool_calls=tuple(calls),
+    )
+

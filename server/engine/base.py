@@ -1,0 +1,97 @@
+"""The engine interface the front end talks to: our own small types, not vLLM's.
+
+The real adapter (``server.engine.vllm_engine``) and the scripted fake used by unit
+tests (``server.engine.fake``) both implement :class:`Engine`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Protocol, runtime_checkable
+
+__all__ = [
+    "Engine",
+    "EngineDeadError",
+    "EngineRequestError",
+    "GenerateRequest",
+    "Sampling",
+    "TokenChunk",
+    "TopLogprob",
+    "TokenLogprob",
+]
+
+
+class EngineDeadError(RuntimeError):
+    """The engine process died; the server must report 503 and exit."""
+
+
+class EngineRequestError(ValueError):
+    """The engine refused a request (bad parameter it alone can check)."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling options in OpenAI terms (mapped to vLLM by the adapter)."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    n: int = 1
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logprobs: int | None = None  # None: off; k>=0: chosen token + k alternatives
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True)
+class GenerateRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: Sampling
+    constraint: Any = None  # server.constraints.Constraint or None
+
+
+@dataclass(frozen=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str
+    logprob: float
+    bytes: list[int]
+    top: tuple[TopLogprob, ...]
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """New output of one choice since the last chunk (delta semantics)."""
+
+    index: int
+    text: str
+    num_tokens: int  # tokens generated in this chunk
+    finish_reason: str | None = None  # "stop" | "length" | None (still running)
+    logprobs: tuple[TokenLogprob, ...] = ()
+    prompt_tokens: int = 0
+    queue_seconds: float | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    model_name: str
+    max_model_len: int
+    tokenizer: Any  # HF-style: encode(text, add_special_tokens=False), decode(ids)
+
+    def generate(self, req: GenerateRequest) -> AsyncIterator[TokenChunk]:
+        """Yield chunks for all ``n`` choices until each finished."""
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def check_health(self) -> None:
+        """Raise :class:`EngineDeadError` when the engine cannot serve."""
+
+    async def shutdown(self) -> None: ...

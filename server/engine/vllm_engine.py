@@ -1,0 +1,187 @@
+"""The real engine: vLLM's AsyncLLM in this process, behind our :class:`Engine` types.
+
+vLLM runs its engine core in a subprocess; the front end only sees token deltas.
+Structured output is forced onto the XGrammar backend so vLLM never silently falls
+back to another backend (or to no constraint).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from .base import (
+    EngineDeadError,
+    EngineRequestError,
+    GenerateRequest,
+    TokenChunk,
+    TokenLogprob,
+    TopLogprob,
+)
+
+__all__ = ["EngineOptions", "VllmEngine"]
+
+log = logging.getLogger("gramserve.engine")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    model: str
+    served_model_name: str
+    max_model_len: int | None = None
+    dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    distributed_executor_backend: str | None = None
+    gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False
+    seed: int = 0
+    max_num_seqs: int | None = None
+    max_logprobs: int = 20
+    trust_remote_code: bool = False
+    tokenizer: str | None = None
+
+
+class VllmEngine:
+    """Adapter from our types to vLLM's AsyncLLM."""
+
+    def __init__(self, options: EngineOptions) -> None:
+        from vllm.config import StructuredOutputsConfig
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        args = AsyncEngineArgs(
+            model=options.model,
+            tokenizer=options.tokenizer,
+            served_model_name=[options.served_model_name],
+            max_model_len=options.max_model_len,
+            dtype=options.dtype,
+            tensor_parallel_size=options.tensor_parallel_size,
+            pipeline_parallel_size=options.pipeline_parallel_size,
+            distributed_executor_backend=options.distributed_executor_backend,
+            gpu_memory_utilization=options.gpu_memory_utilization,
+            enforce_eager=options.enforce_eager,
+            seed=options.seed,
+            max_num_seqs=options.max_num_seqs,
+            max_logprobs=options.max_logprobs,
+            trust_remote_code=options.trust_remote_code,
+            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
+            generation_config="vllm",  # our defaults, not the model's sampling overrides
+            enable_log_requests=False,
+        )
+        self._llm = AsyncLLM.from_engine_args(args)
+        self.model_name = options.served_model_name
+        self.max_model_len = int(self._llm.model_config.max_model_len)
+        self.tokenizer = self._llm.get_tokenizer()
+        self.vllm = self._llm
+
+    async def generate(self, req: GenerateRequest) -> AsyncIterator[TokenChunk]:
+        from vllm.inputs.engine import tokens_input
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+        from vllm.v1.engine.exceptions import EngineDeadError as VllmDead
+
+        s = req.sampling
+        params = SamplingParams(
+            n=s.n,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            stop=list(s.stop) or None,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
+            logprobs=s.logprobs,
+            ignore_eos=s.ignore_eos,
+            skip_special_tokens=True,
+            output_kind=RequestOutputKind.DELTA,
+            structured_outputs=req.constraint.to_vllm() if req.constraint else None,
+        )
+        prompt = tokens_input(list(req.prompt_token_ids))
+        sent_prompt: set[int] = set()
+        try:
+            async for out in self._llm.generate(prompt, params, req.request_id):
+                queue = _queue_seconds(out)
+                for c in out.outputs:
+                    yield TokenChunk(
+                        index=c.index,
+                        text=c.text,
+                        num_tokens=len(c.token_ids),
+                        finish_reason=_finish_reason(c.finish_reason),
+                        logprobs=_logprobs(c, self.tokenizer, s.logprobs) if s.logprobs is not None else (),
+                        prompt_tokens=len(out.prompt_token_ids or ()) if c.index not in sent_prompt else 0,
+                        queue_seconds=queue if c.index not in sent_prompt else None,
+                    )
+                    sent_prompt.add(c.index)
+        except VllmDead as exc:
+            raise EngineDeadError(str(exc)) from exc
+        except ValueError as exc:  # vLLM's own validation (e.g. grammar it rejects)
+            raise EngineRequestError(str(exc)) from exc
+
+    async def abort(self, request_id: str) -> None:
+        await self._llm.abort(request_id)
+
+    async def check_health(self) -> None:
+        from vllm.v1.engine.exceptions import EngineDeadError as VllmDead
+
+        if self._llm.errored:
+            raise EngineDeadError(str(self._llm.dead_error))
+        try:
+            await self._llm.check_health()
+        except VllmDead as exc:
+            raise EngineDeadError(str(exc)) from exc
+
+    def stats(self) -> dict[str, int]:
+        return {"unfinished": self._llm.get_num_unfinished_requests()}
+
+    async def shutdown(self) -> None:
+        self._llm.shutdown()
+
+
+def _finish_reason(reason: str | None) -> str | None:
+    if reason is None:
+        return None
+    return "length" if reason == "length" else "stop"
+
+
+def _queue_seconds(out: Any) -> float | None:
+    m = getattr(out, "metrics", None)
+    queued = getattr(m, "queued_ts", None)
+    scheduled = getattr(m, "scheduled_ts", None)
+    if queued and scheduled and scheduled >= queued:
+        return scheduled - queued
+    return None
+
+
+def _token_text(tokenizer: Any, token_id: int, decoded: str | None) -> str:
+    if decoded is not None:
+        return decoded
+    return tokenizer.decode([token_id])
+
+
+def _logprobs(c: Any, tokenizer: Any, k: int) -> tuple[TokenLogprob, ...]:
+    if not c.logprobs:
+        return ()
+    result = []
+    for token_id, step in zip(c.token_ids, c.logprobs):
+        chosen = step.get(token_id)
+        tops = sorted(step.items(), key=lambda kv: kv[1].rank or 0)
+        top = tuple(
+            TopLogprob(
+                token=(t := _token_text(tokenizer, tid, lp.decoded_token)),
+                logprob=max(float(lp.logprob), -9999.0),
+                bytes=list(t.encode("utf-8")),
+            )
+            for tid, lp in tops
+            if lp.rank is not None and 1 <= lp.rank <= k
+        )
+        text = _token_text(tokenizer, token_id, chosen.decoded_token if chosen else None)
+        result.append(
+            TokenLogprob(
+                token=text,
+                logprob=max(float(chosen.logprob), -9999.0) if chosen else -9999.0,
+                bytes=list(text.encode("utf-8")),
+                top=top,
+            )
+        )
+    return tuple(result)
+

@@ -1,0 +1,153 @@
+"""Pure-ASGI middleware: request id, auth, body-size cap, concurrency cap, drain, metrics.
+
+Pure ASGI (not BaseHTTPMiddleware) so streamed responses pass through untouched and a
+client disconnect still reaches the streaming generator, which aborts the engine request.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+from . import metrics
+from .errors import error_body
+from .state import ServerState
+
+__all__ = ["GatewayMiddleware"]
+
+log = logging.getLogger("gramserve.access")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+_GENERATION = ("/v1/chat/completions", "/v1/completions")
+_KNOWN = _GENERATION + ("/v1/models", "/health", "/metrics", "/v1/schemas/check")
+_OPEN = ("/health",)
+
+
+def _endpoint(path: str) -> str:
+    if path in _KNOWN:
+        return path
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{model}"
+    return "other"  # bounded label set
+
+
+async def _send_error(send: Send, status: int, message: str, *, type: str, code: str,
+                      headers: dict[str, str] | None = None, request_id: str = "") -> None:
+    body = json.dumps(error_body(message, type=type, code=code)).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+           (b"x-request-id", request_id.encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})
+
+
+class GatewayMiddleware:
+    def __init__(self, app: Callable[..., Awaitable[None]], *, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+
+    def _authorized(self, scope: Scope) -> bool:
+        keys = self.state.settings.api_keys
+        if not keys:
+            return True
+        path = scope["path"]
+        if scope["method"] == "OPTIONS" or path in _OPEN or (path == "/metrics" and not self.state.settings.metrics_require_auth):
+            return True
+        headers = dict(scope.get("headers") or [])
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else headers.get(b"x-api-key", b"").decode("latin-1")
+        ok = False
+        for key in keys:  # compare against every key: constant time whatever matches
+            ok |= hmac.compare_digest(token.encode(), key.encode())
+        return ok
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        st = self.state
+        path = scope["path"]
+        endpoint = _endpoint(path)
+        headers = dict(scope.get("headers") or [])
+        rid = headers.get(b"x-request-id", b"").decode("latin-1")[:128] or uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = rid
+        started = time.perf_counter()
+        status_holder = {"status": 500}
+
+        async def send_wrapped(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status_holder["status"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
+            await send(message)
+
+        async def reply(status: int, message: str, *, type: str, code: str, extra: dict[str, str] | None = None) -> None:
+            status_holder["status"] = status
+            await _send_error(send, status, message, type=type, code=code, headers=extra, request_id=rid)
+
+        generation = path in _GENERATION and scope["method"] == "POST"
+        counted = False
+        try:
+            if not self._authorized(scope):
+                await reply(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.",
+                            type="invalid_request_error", code="invalid_api_key")
+                return
+            length = headers.get(b"content-length")
+            if length is not None and length.isdigit() and int(length) > st.settings.max_request_bytes:
+                await reply(413, f"Request body too large: {int(length)} bytes (limit "
+                            f"{st.settings.max_request_bytes}).", type="invalid_request_error",
+                            code="request_too_large")
+                return
+            if generation and (st.draining or st.engine_dead):
+                await reply(503, "The server is shutting down or its engine is not running; retry on another "
+                            "replica.", type="server_error", code="unavailable", extra={"Retry-After": "1"})
+                return
+            if generation:
+                limit = st.settings.max_concurrent_requests
+                if limit and st.in_flight >= limit:
+                    await reply(429, f"Too many concurrent requests (limit {limit}); retry shortly.",
+                                type="rate_limit_error", code="too_many_requests", extra={"Retry-After": "1"})
+                    return
+                st.enter()
+                counted = True
+                metrics.RUNNING.inc()
+            await self.app(scope, _capped(receive, st.settings.max_request_bytes), send_wrapped)
+        finally:
+            if counted:
+                metrics.RUNNING.dec()
+                st.leave()
+            elapsed = time.perf_counter() - started
+            metrics.REQUESTS.labels(endpoint, str(status_holder["status"])).inc()
+            if endpoint != "other":
+                metrics.REQUEST_DURATION.labels(endpoint).observe(elapsed)
+            log.info("request", extra={"request_id": rid, "method": scope["method"], "path": path,
+                                       "status": status_holder["status"], "duration_s": round(elapsed, 4)})
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _capped(receive: Receive, limit: int) -> Receive:
+    """Enforce the body cap also for chunked uploads without Content-Length."""
+    seen = 0
+
+    async def wrapped() -> dict[str, Any]:
+        nonlocal seen
+        message = await receive()
+        if message["type"] == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                from .errors import APIError
+
+                raise APIError(f"Request body too large (limit {limit} bytes).", status=413,
+                               code="request_too_large")
+        return message
+
+    return wrapped

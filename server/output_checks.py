@@ -1,0 +1,78 @@
+"""Checks on what the model produced, after generation: never silent.
+
+Tool-call arguments are validated against their tool's schema (the grammar already
+guarantees this when constraints are on; with ``--no-tool-constraints`` this is what
+reports misfits), and non-strict JSON outputs are validated against their schema so
+the response can say whether they fit.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from functools import lru_cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from . import metrics
+
+__all__ = ["ToolCallChecker", "validate_json_output", "schema_validator"]
+
+log = logging.getLogger("gramserve.checks")
+
+
+@lru_cache(maxsize=512)
+def _validator(schema_json: str) -> Draft202012Validator:
+    return Draft202012Validator(json.loads(schema_json), format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def schema_validator(schema: dict[str, Any]) -> Draft202012Validator:
+    """A cached validator per canonical schema (per process)."""
+    return _validator(json.dumps(schema, sort_keys=True))
+
+
+def _fits(value: Any, schema: dict[str, Any]) -> bool:
+    try:
+        return schema_validator(schema).is_valid(value)
+    except Exception:  # an invalid schema cannot validate anything
+        return False
+
+
+class ToolCallChecker:
+    """Counts tool-call outcomes for ``gramserve_tool_calls_total``."""
+
+    def __init__(self, *, parser: str) -> None:
+        self.parser = parser
+
+    def check(self, final: Any, schemas: dict[str, dict[str, Any]]) -> list[str]:
+        """Returns one outcome per returned call (valid | invalid_arguments)."""
+        outcomes = []
+        for call in final.tool_calls:
+            try:
+                args = json.loads(call.arguments)
+                ok = isinstance(args, dict) and _fits(args, schemas.get(call.name) or {})
+            except ValueError:
+                ok = False
+            outcome = "valid" if ok else "invalid_arguments"
+            if not ok:
+                log.warning("tool call %s has arguments that do not fit its schema", call.name)
+            metrics.TOOL_CALLS.labels(self.parser, outcome).inc()
+            outcomes.append(outcome)
+        for _ in getattr(final, "dropped", ()) or ():
+            metrics.TOOL_CALLS.labels(self.parser, "unknown_name").inc()
+        for _ in getattr(final, "errors", ()) or ():
+            metrics.TOOL_CALLS.labels(self.parser, "unparsed").inc()
+        return outcomes
+
+
+def validate_json_output(text: str, schema: dict[str, Any], *, finished: bool) -> str:
+    """Outcome of validating one JSON output: valid | invalid | skipped_length."""
+    if not finished:
+        outcome = "skipped_length"
+    else:
+        try:
+            outcome = "valid" if _fits(json.loads(text), schema) else "invalid"
+        except ValueError:
+            outcome = "invalid"
+    metrics.SO_VALIDATIONS.labels(outcome).inc()
+    return outcome

@@ -1,0 +1,203 @@
+"""OpenAI request/response models (pydantic). No engine imports here.
+
+Requests validate ranges the way the OpenAI API documents them, so a bad value is a
+400 naming the parameter rather than an engine error later.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "ChatMessage",
+    "ChatCompletionRequest",
+    "CompletionRequest",
+    "StreamOptions",
+    "ToolDef",
+    "FunctionDef",
+    "usage_dict",
+]
+
+
+class _Lenient(BaseModel):
+    # Unknown fields are accepted and ignored (clients send vendor extras).
+    model_config = ConfigDict(extra="allow")
+
+
+class ContentPart(_Lenient):
+    type: str
+    text: str | None = None
+
+
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(_Lenient):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Lenient):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "ChatMessage":
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("messages with role 'tool' must have a 'tool_call_id'")
+        if self.role != "assistant" and self.content is None:
+            raise ValueError(f"messages with role '{self.role}' must have 'content'")
+        if isinstance(self.content, list):
+            for part in self.content:
+                if part.type != "text":
+                    raise ValueError(
+                        f"content part type '{part.type}' is not supported by this model; use 'text'"
+                    )
+        return self
+
+
+class FunctionDef(_Lenient):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.\-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(_Lenient):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedToolChoiceFunction(_Lenient):
+    name: str
+
+
+class NamedToolChoice(_Lenient):
+    type: Literal["function"]
+    function: NamedToolChoiceFunction
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class JsonSchemaFormat(_Lenient):
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> "ResponseFormat":
+        if self.type == "json_schema" and (self.json_schema is None or self.json_schema.schema_ is None):
+            raise ValueError("response_format of type 'json_schema' needs 'json_schema.schema'")
+        return self
+
+
+class StructuredOutputs(_Lenient):
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+
+class _SamplingFields(_Lenient):
+    model: str | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    n: int = Field(default=1, ge=1, le=16)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    ignore_eos: bool = False
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(v, list) and len(v) > 4:
+            raise ValueError("at most 4 stop sequences are allowed")
+        if isinstance(v, list) and any(not s for s in v):
+            raise ValueError("stop sequences must be non-empty strings")
+        return v
+
+    def stop_list(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+
+class ChatCompletionRequest(_SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+    max_reasoning_tokens: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "ChatCompletionRequest":
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("'top_logprobs' requires 'logprobs' to be true")
+        if self.tools is not None:
+            names = [t.function.name for t in self.tools]
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"tool names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_SamplingFields):
+    prompt: str | list[str] | list[int] = Field()
+    max_tokens: int | None = Field(default=16, ge=1)
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    echo: bool = False
+    suffix: str | None = None
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, v: Any) -> Any:
+        if isinstance(v, list) and len(v) == 0:
+            raise ValueError("prompt must not be empty")
+        if isinstance(v, str) and v == "":
+            raise ValueError("prompt must not be empty")
+        return v
+
+
+def usage_dict(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None) -> dict[str, Any]:
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage

@@ -1,0 +1,1 @@
+"""HTTP routes: thin functions that validate, call one service function, and reply."""

@@ -1,0 +1,28 @@
+"""POST /v1/chat/completions."""
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..chat_service import chat_response, chat_stream, prepare_chat
+from ..protocol import ChatCompletionRequest
+from ._body import parse_body
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@router.post("/v1/chat/completions")
+async def create_chat_completion(request: Request):
+    req = await parse_body(request, ChatCompletionRequest)
+    state = request.app.state.gs
+    prepared = await asyncio.to_thread(prepare_chat, state, req)  # render + grammar compile off the loop
+    if req.stream:
+        return StreamingResponse(chat_stream(state, prepared), media_type="text/event-stream", headers=SSE_HEADERS)
+    body, headers = await chat_response(state, prepared)
+    return JSONResponse(body, headers=headers)

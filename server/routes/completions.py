@@ -1,0 +1,27 @@
+"""POST /v1/completions."""
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from ..completion_service import completion_response, completion_stream, prepare_completion
+from ..protocol import CompletionRequest
+from ._body import parse_body
+from .chat import SSE_HEADERS
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+
+@router.post("/v1/completions")
+async def create_completion(request: Request):
+    req = await parse_body(request, CompletionRequest)
+    state = request.app.state.gs
+    jobs = await asyncio.to_thread(prepare_completion, state, req)
+    if req.stream:
+        return StreamingResponse(completion_stream(state, req, jobs), media_type="text/event-stream",
+                                 headers=SSE_HEADERS)
+    return JSONResponse(await completion_response(state, req, jobs))

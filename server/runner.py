@@ -1,0 +1,155 @@
+"""Process lifecycle for ``gramserve serve``: build the engine, serve, drain, exit.
+
+On SIGTERM/SIGINT the server stops taking generation requests (503, ``/health``
+503), lets in-flight requests finish for up to ``--drain-timeout`` seconds, then
+exits 0. If the engine dies, ``/health`` turns 503 at once and the process exits
+non-zero so the orchestrator restarts it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from .config import Settings, is_cpu_only
+from .logs import configure_logging
+from .state import ServerState
+
+__all__ = ["serve", "build_state", "apply_platform_defaults"]
+
+log = logging.getLogger("gramserve")
+
+EXIT_ENGINE_DEAD = 3
+
+
+def apply_platform_defaults(settings: Settings) -> dict[str, Any]:
+    """Engine options with CPU-sane defaults where the user gave none."""
+    cpu = is_cpu_only()
+    if cpu:
+        space = settings.kv_cache_space_gib or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(space) if float(space).is_integer() else space)
+    return {
+        "cpu": cpu,
+        "enforce_eager": settings.enforce_eager if settings.enforce_eager is not None else cpu,
+        "gpu_memory_utilization": settings.gpu_memory_utilization or (0.1 if cpu else 0.9),
+        "max_model_len": settings.max_model_len or (4096 if cpu else None),
+        "dtype": settings.dtype if settings.dtype != "auto" or not cpu else "bfloat16",
+    }
+
+
+def build_state(settings: Settings) -> ServerState:
+    from reasoning_parsers import get_reasoning_parser
+    from tool_parsers import detect_tool_parser, get_tool_parser
+
+    from .engine.vllm_engine import EngineOptions, VllmEngine
+    from .grammar_cache import GrammarCache, tokenizer_info_from_hf
+    from .render import ChatRenderer
+
+    defaults = apply_platform_defaults(settings)
+    model = settings.model
+    default_template = None
+    if model is None:
+        from .models import ensure_default_model
+
+        model = str(ensure_default_model())
+        default_template = "hermes"
+    t0 = time.perf_counter()
+    engine = VllmEngine(EngineOptions(
+        model=model,
+        served_model_name=settings.model_name,
+        max_model_len=defaults["max_model_len"],
+        dtype=defaults["dtype"],
+        tensor_parallel_size=settings.tensor_parallel_size,
+        pipeline_parallel_size=settings.pipeline_parallel_size,
+        distributed_executor_backend=settings.distributed_executor_backend,
+        gpu_memory_utilization=defaults["gpu_memory_utilization"],
+        enforce_eager=defaults["enforce_eager"],
+        seed=settings.seed,
+        max_num_seqs=settings.max_num_seqs,
+        trust_remote_code=settings.trust_remote_code,
+    ))
+    log.info("engine ready", extra={"seconds": round(time.perf_counter() - t0, 1), "model": model})
+    renderer = ChatRenderer.from_model(
+        model_dir_or_tokenizer=model if Path(model).exists() else engine.tokenizer,
+        chat_template=settings.chat_template,
+        default=default_template,
+    )
+    parser_name = settings.tool_call_parser
+    if parser_name == "auto":
+        parser_name = detect_tool_parser(renderer.template_source)
+    tool_parser = get_tool_parser(parser_name) if parser_name else None
+    reasoning = get_reasoning_parser(settings.reasoning_parser) if settings.reasoning_parser else None
+    cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer), max_entries=settings.grammar_cache_size,
+                         compile_timeout_s=settings.grammar_compile_timeout)
+    return ServerState(settings=settings, engine=engine, renderer=renderer, grammar_cache=cache,
+                       tool_parser=tool_parser, reasoning_parser=reasoning)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn server whose exit signal first puts the app into draining mode."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState) -> None:
+        super().__init__(config)
+        self.gs = state
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if not self.gs.draining:
+            log.info("draining", extra={"signal": sig, "in_flight": self.gs.in_flight})
+        self.gs.draining = True
+        asyncio.get_event_loop().call_soon_threadsafe(self._begin_drain)
+
+    def _begin_drain(self) -> None:
+        asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + self.gs.settings.drain_timeout
+        while self.gs.in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self.should_exit = True
+        if self.gs.in_flight > 0:
+            self.force_exit = True  # drain timeout: cut the remaining streams
+
+
+async def _watch_engine(state: ServerState, server: _Server) -> None:
+    while not server.should_exit:
+        await asyncio.sleep(0.5)
+        llm = getattr(state.engine, "vllm", None)
+        if state.engine_dead or (llm is not None and llm.errored):
+            state.engine_dead = True
+            log.error("engine died; exiting so the orchestrator restarts this server")
+            server.should_exit = True
+            server.force_exit = True
+            return
+
+
+async def _serve(settings: Settings) -> int:
+    from .app import create_app
+    from .precompile import precompile_file
+
+    state = build_state(settings)
+    if settings.precompile:
+        precompile_file(state, Path(settings.precompile))
+    state.ready = True
+    app = create_app(state)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                            timeout_graceful_shutdown=max(1, int(settings.drain_timeout)) + 5,
+                            lifespan="off", access_log=False)
+    server = _Server(config, state)
+    watcher = asyncio.ensure_future(_watch_engine(state, server))
+    log.info("serving", extra={"host": settings.host, "port": settings.port, "model": state.engine.model_name})
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()
+        await state.engine.shutdown()
+    return EXIT_ENGINE_DEAD if state.engine_dead else 0
+
+
+def serve(settings: Settings) -> int:
+    configure_logging()
+    return asyncio.run(_serve(settings))

@@ -1,0 +1,48 @@
+"""Per-process server state: the engine and everything compiled once for it."""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import Settings
+from .engine.base import Engine
+
+__all__ = ["ServerState", "check_model"]
+
+
+@dataclass
+class ServerState:
+    settings: Settings
+    engine: Engine
+    renderer: Any  # server.render.ChatRenderer
+    grammar_cache: Any  # server.grammar_cache.GrammarCache | None
+    tool_parser: Any = None  # tool_parsers.base.ToolParser | None
+    reasoning_parser: Any = None  # reasoning_parsers.base.ReasoningParser | None
+    draining: bool = False
+    engine_dead: bool = False
+    ready: bool = False
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def enter(self) -> None:
+        self.in_flight += 1
+        self.idle.clear()
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight <= 0:
+            self.in_flight = 0
+            self.idle.set()
+
+
+def check_model(state: ServerState, model: str | None) -> None:
+    """404 ``model_not_found`` unless ``model`` names the served model (or is omitted)."""
+    from .errors import APIError
+
+    if model is None or model == state.engine.model_name:
+        return
+    raise APIError(
+        f"The model '{model}' does not exist. This server serves '{state.engine.model_name}'.",
+        status=404, param="model", code="model_not_found",
+    )

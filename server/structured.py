@@ -1,0 +1,110 @@
+"""A request's structured-output constraint, checked before it reaches the engine.
+
+Fail closed: a constraint that cannot be applied exactly as asked is a 400 naming
+the problem, never 200 with unconstrained text. Under ``strict`` (and for
+``structured_outputs.json``), a schema using keywords the grammar enforces only
+loosely is rejected; without ``strict`` it is served and validated afterwards.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from . import metrics
+from .errors import bad_request
+from .state import ServerState
+
+__all__ = ["build_constraint", "schema_limits"]
+
+
+def _depth(node: Any, limit: int, level: int = 0) -> int:
+    if level > limit:
+        return level
+    if isinstance(node, dict):
+        return max([level] + [_depth(v, limit, level + 1) for v in node.values()])
+    if isinstance(node, list):
+        return max([level] + [_depth(v, limit, level + 1) for v in node])
+    return level
+
+
+def schema_limits(state: ServerState, schema: Any, *, param: str) -> None:
+    s = state.settings
+    size = len(json.dumps(schema))
+    if size > s.max_schema_bytes:
+        raise bad_request(f"Schema too large: {size} bytes (limit {s.max_schema_bytes}).", param=param,
+                          code="schema_too_large")
+    if _depth(schema, s.max_schema_depth) > s.max_schema_depth:
+        raise bad_request(f"Schema nested too deeply (limit {s.max_schema_depth} levels).", param=param,
+                          code="schema_too_deep")
+
+
+def _strict_check(schema: dict[str, Any], *, param: str) -> None:
+    from .schema_support import analyze_schema
+
+    problems = analyze_schema(schema).strict_problems()
+    if problems:
+        listed = "; ".join(getattr(p, "message", None) or f"{p.keyword} at {p.pointer or '/'}" for p in problems)
+        raise bad_request(
+            "This schema cannot be enforced exactly under strict mode: " + listed
+            + ". Remove these keywords, or set strict to false to have the output validated after generation.",
+            param=param, code="unsupported_schema",
+        )
+
+
+def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] | None) -> tuple[Any, dict | None, bool]:
+    """Returns (constraint or None, schema to validate afterwards or None, strict)."""
+    from .constraints import ConstraintError, constraint_from_request
+
+    rf = req.response_format.model_dump(by_alias=True, exclude_none=True) if req.response_format else None
+    so = req.structured_outputs.model_dump(by_alias=True, exclude_none=True) if req.structured_outputs else None
+    schema: dict | None = None
+    strict = False
+    if rf and rf.get("type") == "json_schema":
+        schema = rf["json_schema"]["schema"]
+        strict = bool(rf["json_schema"].get("strict"))
+        schema_limits(state, schema, param="response_format.json_schema.schema")
+        if strict:
+            _strict_check(schema, param="response_format.json_schema.schema")
+    if so and isinstance(so.get("json"), (dict, str)):
+        so_schema = so["json"] if isinstance(so["json"], dict) else _loads(so["json"])
+        schema_limits(state, so_schema, param="structured_outputs.json")
+        _strict_check(so_schema, param="structured_outputs.json")
+        schema, strict = so_schema, True
+    for t in tools or []:
+        params = t["function"].get("parameters")
+        if params:
+            schema_limits(state, params, param=f"tools.{t['function']['name']}.parameters")
+    tool_choice = req.tool_choice.model_dump() if hasattr(req.tool_choice, "model_dump") else req.tool_choice
+    try:
+        constraint = constraint_from_request(
+            response_format=rf,
+            structured_outputs=so,
+            tools=tools,
+            tool_choice=tool_choice if tools else None,
+            parallel_tool_calls=req.parallel_tool_calls if hasattr(req, "parallel_tool_calls") else True,
+            tool_format=getattr(state.tool_parser, "name", None) if tools else None,
+            tool_constraints=state.settings.tool_constraints,
+        )
+        if constraint is not None and state.grammar_cache is not None:
+            result = state.grammar_cache.compile(constraint)
+            if result.cached:
+                metrics.GRAMMAR_CACHE_HITS.inc()
+            else:
+                metrics.GRAMMAR_CACHE_MISSES.inc()
+                metrics.GRAMMAR_COMPILE.observe(result.seconds)
+            if not result.ok:
+                raise ConstraintError(result.error or "the constraint could not be compiled", None)
+    except ConstraintError as exc:
+        raise bad_request(str(getattr(exc, "message", exc)), param=getattr(exc, "param", None),
+                          code="invalid_constraint") from exc
+    return constraint, schema, strict
+
+
+def _loads(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise bad_request(f"structured_outputs.json is not valid JSON: {exc}", param="structured_outputs.json")
+    if not isinstance(value, dict):
+        raise bad_request("structured_outputs.json must be a JSON Schema object.", param="structured_outputs.json")
+    return value
