@@ -1,0 +1,466 @@
+"""Chat template rendering: OpenAI messages + tools -> prompt text.
+
+One ``ChatRenderer`` per process picks the template once (``--chat-template`` override,
+else the model's own template when it knows about tools, else a built-in default),
+compiles it in a sandbox the way transformers does, and renders requests. Messages are
+normalised first so every template sees the same shapes: content as a string, tool-call
+arguments as JSON objects, ``developer`` as ``system``, Mistral's 9-character call ids.
+Anything the client got wrong raises ``RenderError(message, param)`` (an HTTP 400).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from chat_templates import BUILTIN_TEMPLATES, builtin_template_path
+
+__all__ = [
+    "BUILTIN_TEMPLATES",
+    "ChatRenderer",
+    "RenderError",
+    "builtin_template_path",
+    "compile_template",
+    "load_model_template",
+    "mistral_tool_call_id",
+    "normalize_messages",
+    "normalize_tools",
+]
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt"})
+_TOOLS_RE = re.compile(r"\btools\b")
+_MISTRAL_ID_RE = re.compile(r"[A-Za-z0-9]{9}")
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+class RenderError(ValueError):
+    """A request the chat template cannot render; ``param`` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+# --------------------------------------------------------------------------- jinja
+class _GenerationTag(jinja2.ext.Extension):
+    """Accept ``{% generation %}...{% endgeneration %}`` (assistant masks) as a no-op."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller: Any) -> str:
+        return caller()
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # Jinja's own tojson HTML-escapes and forces ASCII; models were trained on plain JSON.
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def compile_template(source: str) -> jinja2.Template:
+    """Compile a chat template in the same sandbox transformers uses."""
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env.from_string(source)
+
+
+# --------------------------------------------------------------------------- model templates
+def _token_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def _pick_named(templates: Any) -> str | None:
+    """HF allows a list/dict of named templates; prefer the tool-use one."""
+    if isinstance(templates, str):
+        return templates
+    if isinstance(templates, list):
+        templates = {t.get("name"): t.get("template") for t in templates if isinstance(t, dict)}
+    if isinstance(templates, dict):
+        for name in ("tool_use", "default"):
+            if isinstance(templates.get(name), str):
+                return templates[name]
+    return None
+
+
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def _read_gguf(path: Path) -> tuple[str | None, dict[str, str]]:
+    """Chat template and bos/eos text from a GGUF header.
+
+    A small sequential scan of the key/value section only: ``gguf.GGUFReader`` indexes
+    every tensor and vocabulary entry and takes seconds on a 49K-token vocabulary."""
+    with path.open("rb") as f:
+
+        def unpack(fmt: str) -> Any:
+            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
+        def string() -> bytes:
+            return f.read(unpack("<Q"))
+
+        def value(kind: int, keep: bool) -> Any:
+            if kind == 8:
+                return string()
+            if kind == 9:
+                item_kind, count = unpack("<I"), unpack("<Q")
+                if item_kind in _GGUF_SCALARS and not keep:
+                    f.seek(count * struct.calcsize(_GGUF_SCALARS[item_kind]), os.SEEK_CUR)
+                    return None
+                items = [value(item_kind, keep) for _ in range(count)]
+                return items if keep else None
+            if kind in _GGUF_SCALARS:
+                return unpack(_GGUF_SCALARS[kind])
+            raise ValueError(f"{path}: unknown GGUF value type {kind}")
+
+        if f.read(4) != b"GGUF" or unpack("<I") not in (2, 3):
+            raise ValueError(f"{path} is not a little-endian GGUF v2/v3 file")
+        unpack("<Q")  # tensor count
+        wanted = {"tokenizer.chat_template", "tokenizer.ggml.tokens",
+                  "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}
+        meta: dict[str, Any] = {}
+        for _ in range(unpack("<Q")):
+            key = string().decode("utf-8")
+            kind = unpack("<I")
+            result = value(kind, keep=key in wanted)
+            if key in wanted:
+                meta[key] = result
+    raw = meta.get("tokenizer.chat_template")
+    template = raw.decode("utf-8") if isinstance(raw, bytes) else None
+    vocab = meta.get("tokenizer.ggml.tokens") or []
+    tokens: dict[str, str] = {}
+    for name in ("bos", "eos"):
+        ident = meta.get(f"tokenizer.ggml.{name}_token_id")
+        if isinstance(ident, int) and 0 <= ident < len(vocab):
+            tokens[f"{name}_token"] = vocab[ident].decode("utf-8")
+    return template, tokens
+
+
+def _read_model_dir(path: Path) -> tuple[str | None, dict[str, str]]:
+    config: dict[str, Any] = {}
+    config_path = path / "tokenizer_config.json"
+    if config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    tokens = {
+        f"{name}_token": text
+        for name in ("bos", "eos", "pad", "unk")
+        if (text := _token_text(config.get(f"{name}_token"))) is not None
+    }
+    if (path / "chat_template.jinja").is_file():
+        return (path / "chat_template.jinja").read_text(encoding="utf-8"), tokens
+    if (path / "chat_template.json").is_file():
+        data = json.loads((path / "chat_template.json").read_text(encoding="utf-8"))
+        if (found := _pick_named(data.get("chat_template"))) is not None:
+            return found, tokens
+    return _pick_named(config.get("chat_template")), tokens
+
+
+def load_model_template(model_dir_or_tokenizer: Any) -> tuple[str | None, dict[str, str]]:
+    """The model's own chat template (or None) and its special tokens for the template.
+
+    Accepts an HF model folder, a ``.gguf`` file, or a tokenizer object with a
+    ``chat_template`` attribute (transformers / vLLM tokenizers)."""
+    if model_dir_or_tokenizer is None:
+        return None, {}
+    if isinstance(model_dir_or_tokenizer, (str, os.PathLike)):
+        path = Path(model_dir_or_tokenizer)
+        if path.is_file() and path.suffix == ".gguf":
+            return _read_gguf(path)
+        if path.is_dir():
+            return _read_model_dir(path)
+        raise ValueError(f"model path {str(path)!r} is neither a model folder nor a .gguf file")
+    tok = model_dir_or_tokenizer
+    tokens = {
+        f"{name}_token": text
+        for name in ("bos", "eos", "pad", "unk")
+        if (text := _token_text(getattr(tok, f"{name}_token", None))) is not None
+    }
+    return _pick_named(getattr(tok, "chat_template", None)), tokens
+
+
+# --------------------------------------------------------------------------- normalisation
+def mistral_tool_call_id(call_id: str) -> str:
+    """Map any tool call id to the 9 alphanumeric characters Mistral models require.
+
+    Ids that already fit are kept; others are hashed, so the same id always maps to the
+    same short id (an assistant call and its tool result stay paired across requests)."""
+    if _MISTRAL_ID_RE.fullmatch(call_id):
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode("utf-8")).digest()[:8], "big")
+    chars = []
+    for _ in range(9):
+        number, digit = divmod(number, 62)
+        chars.append(_BASE62[digit])
+    return "".join(chars)
+
+
+def _text_content(content: Any, param: str) -> str:
+    """OpenAI content (string, null, or text parts) -> one string, parts joined by newlines."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise RenderError(f"{param} must be a string or a list of content parts", param)
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        else:
+            raise RenderError(
+                f"{param}[{j}]: only text content parts are supported by this model, got {kind!r}",
+                f"{param}[{j}]",
+            )
+    return "\n".join(texts)
+
+
+def _arguments(value: Any, param: str) -> dict[str, Any]:
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise RenderError(f"{param} is not valid JSON ({exc.msg} at char {exc.pos})", param) from None
+    if not isinstance(value, dict):
+        raise RenderError(f"{param} must be a JSON object, got {type(value).__name__}", param)
+    return value
+
+
+def _tool_calls(calls: Any, param: str, short_ids: bool) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise RenderError(f"{param} must be a list", param)
+    out = []
+    for j, call in enumerate(calls):
+        where = f"{param}[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise RenderError(f"{where}.function.name is required", f"{where}.function.name")
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise RenderError(f"{where}.id is required (the id a later tool message answers)", f"{where}.id")
+        out.append(
+            {
+                **call,
+                "id": mistral_tool_call_id(call_id) if short_ids else call_id,
+                "type": call.get("type", "function"),
+                "function": {
+                    **function,
+                    "arguments": _arguments(function.get("arguments"), f"{where}.function.arguments"),
+                },
+            }
+        )
+    return out
+
+
+def normalize_messages(messages: Any, *, short_ids: bool = False) -> list[dict[str, Any]]:
+    """Validate OpenAI messages and give them the one shape every template expects.
+
+    New dicts are returned; the input is never modified."""
+    if not isinstance(messages, list) or not messages:
+        raise RenderError("messages must be a non-empty list", "messages")
+    names: dict[str, str] = {}  # tool call id (as given) -> function name
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise RenderError(f"{where} must be an object", where)
+        role = message.get("role")
+        if role not in _ROLES:
+            known = ", ".join(sorted(_ROLES))
+            raise RenderError(f"{where}.role {role!r} is not supported; use one of: {known}", f"{where}.role")
+        item = dict(message)
+        item["role"] = "system" if role == "developer" else role
+        item["content"] = _text_content(message.get("content"), f"{where}.content")
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            if calls:
+                item["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls", short_ids)
+                for call in calls:
+                    names[call["id"]] = call["function"]["name"]
+            else:
+                item.pop("tool_calls", None)
+        elif role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str) or not call_id:
+                raise RenderError(
+                    f"{where}.tool_call_id is required: the id of the assistant tool call this answers",
+                    f"{where}.tool_call_id",
+                )
+            if "name" not in item and call_id in names:
+                item["name"] = names[call_id]
+            item["tool_call_id"] = mistral_tool_call_id(call_id) if short_ids else call_id
+        out.append(item)
+    return out
+
+
+def normalize_tools(tools: Any) -> list[dict[str, Any]] | None:
+    """Validate OpenAI tools; an empty list means no tools (None)."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise RenderError("tools must be a list", "tools")
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise RenderError(f"tools[{i}].function.name is required", f"tools[{i}].function.name")
+        if tool.get("type", "function") != "function":
+            raise RenderError(f"tools[{i}].type must be 'function'", f"tools[{i}].type")
+    return [dict(tool) for tool in tools] or None
+
+
+# --------------------------------------------------------------------------- renderer
+def _resolve_override(chat_template: str) -> tuple[str, str]:
+    """``--chat-template`` value -> (name, source): a built-in name, a file, or inline Jinja."""
+    if chat_template in BUILTIN_TEMPLATES:
+        return chat_template, builtin_template_path(chat_template).read_text(encoding="utf-8")
+    path = Path(chat_template).expanduser()
+    if path.is_file():
+        return f"file:{path}", path.read_text(encoding="utf-8")
+    if "{{" in chat_template or "{%" in chat_template:
+        return "inline", chat_template
+    known = ", ".join(sorted(BUILTIN_TEMPLATES))
+    raise ValueError(
+        f"--chat-template {chat_template!r} is not a built-in ({known}), an existing file, or Jinja text"
+    )
+
+
+@dataclass(frozen=True)
+class ChatRenderer:
+    """A compiled chat template plus the special tokens it may reference. Immutable."""
+
+    template_name: str  # a BUILTIN_TEMPLATES key, "model", "inline" or "file:<path>"
+    template_source: str
+    special_tokens: Mapping[str, str] = field(default_factory=dict)
+    _template: jinja2.Template = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            compiled = compile_template(self.template_source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise ValueError(f"chat template {self.template_name} does not compile: {exc}") from exc
+        object.__setattr__(self, "_template", compiled)
+        object.__setattr__(self, "special_tokens", MappingProxyType(dict(self.special_tokens)))
+
+    @classmethod
+    def from_model(
+        cls,
+        *,
+        model_dir_or_tokenizer: Any,
+        chat_template: str | None = None,
+        default: str | None = None,
+    ) -> "ChatRenderer":
+        """Choose: explicit ``chat_template`` > the model's own template if it renders
+        tools > built-in ``default`` > the model's own template > error."""
+        own, tokens = load_model_template(model_dir_or_tokenizer)
+        if chat_template:
+            name, source = _resolve_override(chat_template)
+        elif own is not None and _TOOLS_RE.search(own):
+            name, source = "model", own
+        elif default:
+            name, source = _resolve_override(default)
+        elif own is not None:
+            name, source = "model", own
+        else:
+            raise ValueError(
+                "the model has no chat template; pass --chat-template "
+                f"({', '.join(sorted(BUILTIN_TEMPLATES))}, a file, or Jinja text)"
+            )
+        return cls(template_name=name, template_source=source, special_tokens=tokens)
+
+    @property
+    def supports_tools(self) -> bool:
+        """Whether the template reads ``tools`` at all."""
+        return bool(_TOOLS_RE.search(self.template_source))
+
+    @property
+    def short_tool_call_ids(self) -> bool:
+        """Mistral-format templates need 9-character call ids (see mistral_tool_call_id)."""
+        return "[TOOL_CALLS]" in self.template_source
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
+        """Render one request's prompt text (special tokens included, as text)."""
+        extra = dict(chat_template_kwargs or {})
+        if not all(isinstance(key, str) for key in extra):
+            raise RenderError("chat_template_kwargs keys must be strings", "chat_template_kwargs")
+        if clash := sorted(_RESERVED_KWARGS & extra.keys()):
+            raise RenderError(
+                f"chat_template_kwargs may not set {', '.join(clash)}; use the request fields",
+                "chat_template_kwargs",
+            )
+        tool_list = normalize_tools(tools)
+        if tool_list and not self.supports_tools:
+            raise RenderError(
+                f"the chat template ({self.template_name}) cannot render tools; "
+                "start the server with --chat-template hermes, llama3_json or mistral",
+                "tools",
+            )
+        variables = {
+            **self.special_tokens,
+            **extra,
+            "messages": normalize_messages(messages, short_ids=self.short_tool_call_ids),
+            "tools": tool_list,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        try:
+            return self._template.render(**variables)
+        except jinja2.TemplateError as exc:
+            raise RenderError(f"chat template error: {exc}", "messages") from None
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            raise RenderError(
+                f"the chat template ({self.template_name}) could not render these messages: {exc}",
+                "messages",
+            ) from None
