@@ -1,0 +1,608 @@
+"""Turn a request's response_format / structured_outputs / tools into one XGrammar constraint.
+
+Fail closed: anything that cannot be enforced exactly as asked raises ``ConstraintError``
+(the HTTP layer turns it into a 400 ``invalid_request_error``), never an unconstrained
+generation. Every schema, regex and grammar is checked here with the same xgrammar calls that
+vLLM's ``validate_xgrammar_grammar`` makes, so what we return is what vLLM accepts.
+
+Tool calls are enforced with an xgrammar 0.2 structural tag built from a small per-format table
+(``TOOL_FORMATS``): the tool name is a constant string and the arguments follow the tool's
+``parameters`` schema. After the last call only end-of-turn is allowed.
+
+Decisions:
+* ``response_format`` json (or ``structured_outputs``) together with ``tool_choice`` "required" or
+  a named tool is a ConstraintError: the turn cannot be both a tool call and a JSON answer.
+  With ``tool_choice`` "auto" the output is either the tool calls or the JSON answer.
+* A named ``tool_choice`` yields exactly one call of that tool (``parallel_tool_calls`` ignored).
+* ``tool_choice`` "none" adds no constraint (the tools are not rendered).
+* A json schema that vLLM's xgrammar path refuses outright (vLLM's
+  ``has_xgrammar_unsupported_json_features``: multipleOf, uniqueItems, multi-branch allOf, ...)
+  is sent as a structural tag instead, which vLLM does not pre-screen; whether such a loosely
+  enforced schema is acceptable is decided by the caller (``server.schema_support``).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # pragma: no cover
+    from vllm.sampling_params import StructuredOutputsParams
+
+__all__ = [
+    "Constraint",
+    "ConstraintError",
+    "ReasoningSpec",
+    "ToolFormat",
+    "TOOL_FORMATS",
+    "constraint_from_request",
+    "tool_call_format",
+]
+
+ConstraintKind = Literal["json", "json_object", "regex", "choice", "grammar", "structural_tag"]
+
+# vLLM's limits (vllm.sampling_params): deeper documents are refused before compilation.
+MAX_JSON_NESTING = 64
+STRUCTURAL_TAG_WRAPPER_NESTING = 16
+
+# Whitespace a model typically writes between ``</think>`` and the constrained answer.
+_AFTER_REASONING_WS = r"[ \t\r\n]{0,8}"
+_VLLM_OPTION_KEYS = frozenset({"disable_any_whitespace", "disable_additional_properties", "whitespace_pattern"})
+_XGR_NOISE = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: (Check failed: \(.*?\) is false: )?")
+
+
+class ConstraintError(ValueError):
+    """The request asks for a constraint that cannot be enforced; ``param`` names the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+@dataclass(frozen=True)
+class ReasoningSpec:
+    """A reasoning block the model may write before the constrained part.
+
+    ``starts_open``: the prompt already ends with ``start`` (the output begins inside the block),
+    so the block is mandatory. ``required``: the block must appear even if not pre-opened.
+    """
+
+    start: str = "<think>"
+    end: str = "</think>"
+    starts_open: bool = False
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """Engine-neutral constraint. ``value`` per kind: json → schema (dict or bool),
+    json_object → True, regex/grammar → str, choice → tuple[str, ...],
+    structural_tag → ``{"type": "structural_tag", "format": {...}}`` dict."""
+
+    kind: ConstraintKind
+    value: Any
+
+    def cache_key(self) -> str:
+        """Kind + compact JSON of the value. Keys are NOT sorted: property order is part of
+        the grammar (xgrammar emits properties in schema order)."""
+        return self.kind + ":" + json.dumps(self.value, separators=(",", ":"), ensure_ascii=False)
+
+    def to_vllm(self) -> StructuredOutputsParams:
+        """The vLLM ``StructuredOutputsParams`` for this constraint (imports vLLM lazily)."""
+        from vllm.sampling_params import StructuredOutputsParams
+
+        if self.kind == "json":
+            return StructuredOutputsParams(json=self.value)
+        if self.kind == "json_object":
+            return StructuredOutputsParams(json_object=True)
+        if self.kind == "regex":
+            return StructuredOutputsParams(regex=self.value)
+        if self.kind == "choice":
+            return StructuredOutputsParams(choice=list(self.value))
+        if self.kind == "grammar":
+            return StructuredOutputsParams(grammar=self.value)
+        if self.kind == "structural_tag":
+            return StructuredOutputsParams(structural_tag=json.dumps(self.value, ensure_ascii=False))
+        raise ValueError(f"unknown constraint kind {self.kind!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tool-call formats: data only. Text of N calls =
+#   section_begin + call(1) + (separator + call(i))* + section_end,  call = call_begin + ARGS + call_end
+# ``trigger`` (a prefix of section_begin + call_begin) starts the calls in tool_choice=auto.
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    trigger: str
+    section_begin: str
+    call_begin: str  # "{name}" is replaced by the tool name
+    call_end: str
+    separator: str
+    section_end: str
+    name_in_json_string: bool = True  # escape the name as a JSON string body
+
+
+TOOL_FORMATS: dict[str, ToolFormat] = {
+    "hermes": ToolFormat(
+        trigger="<tool_call>", section_begin="",
+        call_begin='<tool_call>\n{"name": "{name}", "arguments": ', call_end="}\n</tool_call>",
+        separator="\n", section_end="",
+    ),
+    "llama3_json": ToolFormat(
+        trigger='{"name": ', section_begin="",
+        call_begin='{"name": "{name}", "parameters": ', call_end="}",
+        separator="; ", section_end="",
+    ),
+    "mistral": ToolFormat(  # pre-v11 tokenizers: [TOOL_CALLS] [{...}, {...}]
+        trigger="[TOOL_CALLS]", section_begin="[TOOL_CALLS] [",
+        call_begin='{"name": "{name}", "arguments": ', call_end="}",
+        separator=", ", section_end="]",
+    ),
+    "mistral_v11": ToolFormat(  # v11+ tokenizers: [TOOL_CALLS]name{...}[TOOL_CALLS]name{...}
+        trigger="[TOOL_CALLS]", section_begin="",
+        call_begin="[TOOL_CALLS]{name}", call_end="",
+        separator="", section_end="", name_in_json_string=False,
+    ),
+}
+
+
+def _const(value: str) -> dict[str, Any]:
+    return {"type": "const_string", "value": value}
+
+
+def _seq(*elements: dict[str, Any] | None) -> dict[str, Any]:
+    items = [e for e in elements if e is not None and not (e.get("type") == "const_string" and e["value"] == "")]
+    return items[0] if len(items) == 1 else {"type": "sequence", "elements": items}
+
+
+def _one_of(elements: list[dict[str, Any]]) -> dict[str, Any]:
+    return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
+
+
+def _json_format(schema: Any) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": schema}
+
+
+def _call_begin(fmt: ToolFormat, name: str) -> str:
+    shown = json.dumps(name, ensure_ascii=False)[1:-1] if fmt.name_in_json_string else name
+    return fmt.call_begin.replace("{name}", shown)
+
+
+def tool_call_format(
+    fmt: ToolFormat, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool
+) -> dict[str, Any]:
+    """The structural-tag ``format`` for calls of ``tools`` ((name, arguments schema) pairs).
+
+    auto: free text, then (once the trigger appears) one or more calls, then nothing.
+    required: one or more calls and nothing else. ``parallel`` False: exactly one call at most.
+    """
+    calls = [(_call_begin(fmt, n), _json_format(s)) for n, s in tools]
+    any_call = _one_of([_seq(_const(b), j, _const(fmt.call_end)) for b, j in calls])
+    if mode == "required":
+        more = {"type": "star", "content": _seq(_const(fmt.separator), any_call)} if parallel else None
+        return _seq(_const(fmt.section_begin), any_call, more, _const(fmt.section_end))
+    # auto: each triggered tag starts with a full first call; its content carries the
+    # following calls so that the section closes exactly once and nothing may follow.
+    tail = fmt.call_end + fmt.section_end
+    if not parallel:
+        tags = [{"type": "tag", "begin": fmt.section_begin + b, "content": j, "end": tail} for b, j in calls]
+        return {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": True}
+    if tail:
+        next_call = _one_of([_seq(_const(b), j) for b, j in calls])
+        more = {"type": "star", "content": _seq(_const(fmt.call_end + fmt.separator), next_call)}
+        tags = [
+            {"type": "tag", "begin": fmt.section_begin + b, "content": _seq(j, more), "end": tail}
+            for b, j in calls
+        ]
+        return {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": True}
+    # No closing text at all (mistral v11): first call by trigger, further calls follow it.
+    tags = [{"type": "tag", "begin": b, "content": j, "end": ""} for b, j in calls]
+    first = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": True}
+    return _seq(first, {"type": "star", "content": _seq(_const(fmt.separator), any_call)})
+
+
+def _reasoning_prefix(spec: ReasoningSpec) -> dict[str, Any]:
+    """Free text up to ``spec.end`` (optional unless pre-opened or required), then whitespace."""
+    block = {
+        "type": "tag",
+        "begin": "" if spec.starts_open else spec.start,
+        "content": {"type": "any_text"},
+        "end": spec.end,
+    }
+    if not (spec.starts_open or spec.required):
+        block = {"type": "optional", "content": block}
+    return _seq(block, {"type": "regex", "pattern": _AFTER_REASONING_WS})
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation helpers (same xgrammar entry points vLLM uses; no tokenizer needed).
+
+
+def _xgr_message(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return _XGR_NOISE.sub("", text).strip() or type(exc).__name__
+
+
+def _nesting_exceeds(doc: Any, limit: int) -> bool:
+    level = [doc]
+    for _ in range(limit):
+        level = [
+            c
+            for n in level
+            if isinstance(n, (dict, list))
+            for c in (n.values() if isinstance(n, dict) else n)
+            if isinstance(c, (dict, list))
+        ]
+        if not level:
+            return False
+    return True
+
+
+def _check_schema(schema: Any, param: str) -> None:
+    """JSON Schema 2020-12 meta-validation, nesting limit, then xgrammar conversion."""
+    import jsonschema
+    import xgrammar as xgr
+
+    if isinstance(schema, bool):
+        if not schema:
+            raise ConstraintError(f"{param}: the schema `false` accepts no value at all.", param)
+        return
+    if not isinstance(schema, dict):
+        raise ConstraintError(f"{param} must be a JSON Schema object, got {type(schema).__name__}.", param)
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/" + "/".join(str(p) for p in exc.path)
+        raise ConstraintError(f"{param} is not a valid JSON Schema at {where}: {exc.message}", param) from None
+    if _nesting_exceeds(schema, MAX_JSON_NESTING):
+        raise ConstraintError(
+            f"{param} is nested too deeply: objects and arrays may nest at most {MAX_JSON_NESTING} levels.", param
+        )
+    try:
+        xgr.Grammar.from_json_schema(json.dumps(schema))
+    except Exception as exc:  # xgrammar raises RuntimeError with the converter's reason
+        raise ConstraintError(f"{param} cannot be compiled to a grammar: {_xgr_message(exc)}", param) from None
+
+
+def _check_regex(pattern: Any, param: str) -> None:
+    import xgrammar as xgr
+
+    if not isinstance(pattern, str):
+        raise ConstraintError(f"{param} must be a string.", param)
+    if "\x00" in pattern:
+        raise ConstraintError(f"{param} must not contain a NUL character.", param)
+    try:
+        xgr.Grammar.from_regex(pattern)
+    except Exception as exc:
+        raise ConstraintError(f"{param} is not a supported regex: {_xgr_message(exc)}", param) from None
+
+
+def _is_lark(grammar: str) -> bool:
+    """vLLM's ``grammar_is_likely_lark``: no ``::=`` on any non-comment line."""
+    for line in grammar.split("\n"):
+        line = re.sub(r"(#|//).*$", "", line).strip()
+        if line and "::=" in line:
+            return False
+    return True
+
+
+def _check_grammar(grammar: Any, param: str) -> str:
+    """Parse as vLLM will (Lark or EBNF); returns the grammar as EBNF."""
+    import xgrammar as xgr
+
+    if not isinstance(grammar, str) or not grammar.strip():
+        raise ConstraintError(f"{param} must be a non-empty grammar string.", param)
+    lark = _is_lark(grammar)
+    try:
+        parsed = xgr.Grammar.from_lark(grammar) if lark else xgr.Grammar.from_ebnf(grammar)
+    except Exception as exc:
+        kind = "Lark" if lark else "EBNF (GBNF)"
+        raise ConstraintError(f"{param} has a {kind} syntax error: {_xgr_message(exc)}", param) from None
+    return str(parsed) if lark else grammar
+
+
+def _check_choice(choice: Any, param: str) -> tuple[str, ...]:
+    if not isinstance(choice, list) or not choice:
+        raise ConstraintError(f"{param} must be a non-empty list of strings.", param)
+    if not all(isinstance(c, str) for c in choice):
+        raise ConstraintError(f"{param} must contain only strings.", param)
+    return tuple(choice)
+
+
+def _check_structural_tag(tag: dict[str, Any], param: str | None) -> None:
+    import xgrammar as xgr
+
+    if _nesting_exceeds(tag, MAX_JSON_NESTING + STRUCTURAL_TAG_WRAPPER_NESTING):
+        raise ConstraintError(
+            f"The constraint is nested too deeply (schemas may nest at most {MAX_JSON_NESTING} levels).", param
+        )
+    try:
+        xgr.Grammar.from_structural_tag(json.dumps(tag))
+    except Exception as exc:
+        raise ConstraintError(f"The constraint cannot be compiled: {_xgr_message(exc)}", param) from None
+
+
+_VLLM_STRING_FORMATS = frozenset({
+    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
+    "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
+})
+
+
+def vllm_json_refusal(schema: Any) -> str | None:
+    """Where and why vLLM 0.32's ``has_xgrammar_unsupported_json_features`` refuses ``schema``
+    for ``structured_outputs.json`` (None when it accepts). Mirrors vLLM's rules."""
+
+    def types(obj: dict[str, Any]) -> set[str]:
+        t = obj.get("type")
+        return {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)} if isinstance(t, list) else set()
+
+    def bounded_pattern(obj: dict[str, Any]) -> bool:
+        return ("pattern" in obj or "format" in obj) and ("minLength" in obj or "maxLength" in obj)
+
+    def why(obj: dict[str, Any]) -> str | None:
+        ts = types(obj)
+        if ts & {"integer", "number"} and "multipleOf" in obj:
+            return "multipleOf"
+        if "array" in ts and any(k in obj for k in ("uniqueItems", "contains", "minContains", "maxContains")):
+            return "uniqueItems/contains on an array"
+        if "string" in ts and "format" in obj and obj["format"] not in _VLLM_STRING_FORMATS:
+            return f"string format {obj['format']!r}"
+        if "string" in ts and bounded_pattern(obj):
+            return "pattern/format together with minLength/maxLength"
+        if "object" in ts and "propertyNames" in obj:
+            pn = obj.get("propertyNames")
+            if (isinstance(pn, dict) and bounded_pattern(pn)) or "patternProperties" in obj or "properties" in obj:
+                return "propertyNames combined with other object keywords"
+            if obj.get("unevaluatedProperties", True) is not True:
+                return "propertyNames with unevaluatedProperties"
+        if "object" in ts and isinstance(obj.get("patternProperties"), dict):
+            if "properties" in obj or len(obj["patternProperties"]) > 1:
+                return "patternProperties combined with properties or several patterns"
+        allof = obj.get("allOf")
+        if isinstance(allof, list) and len(allof) >= 2:
+            return "allOf with several branches"
+        return None
+
+    def walk(obj: Any, pointer: str) -> str | None:
+        if not isinstance(obj, dict):
+            return None
+        reason = why(obj)
+        if reason:
+            return f"{reason} at {pointer or '/'}"
+        for key, value in obj.items():
+            if isinstance(value, dict):
+                found = walk(value, f"{pointer}/{key}")
+                if found:
+                    return found
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    found = walk(item, f"{pointer}/{key}/{i}") if isinstance(item, dict) else None
+                    if found:
+                        return found
+        return None
+
+    return walk(schema, "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Request → Constraint
+
+
+@dataclass(frozen=True)
+class _Response:
+    """The text-answer constraint: a structural-tag format plus the plain vLLM form."""
+
+    fmt: dict[str, Any]
+    plain: Constraint | None  # None when only expressible as a structural tag
+
+
+def _from_response_format(rf: dict[str, Any]) -> _Response | None:
+    kind = rf.get("type")
+    if kind in (None, "text"):
+        return None
+    if kind == "json_object":
+        return _Response(_json_format({"type": "object"}), Constraint("json_object", True))
+    if kind != "json_schema":
+        raise ConstraintError(
+            f"response_format.type {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'.",
+            "response_format.type",
+        )
+    spec = rf.get("json_schema")
+    if not isinstance(spec, dict):
+        raise ConstraintError("response_format.json_schema must be an object with a 'schema'.", "response_format.json_schema")
+    schema = spec.get("schema", {"type": "object"})
+    _check_schema(schema, "response_format.json_schema.schema")
+    return _json_response(schema)
+
+
+def _json_response(schema: Any) -> _Response:
+    plain = None if vllm_json_refusal(schema) else Constraint("json", schema)
+    return _Response(_json_format(schema), plain)
+
+
+def _from_structured_outputs(so: dict[str, Any]) -> _Response:
+    keys = [k for k, v in so.items() if v is not None and k not in _VLLM_OPTION_KEYS]
+    known = {"json", "regex", "choice", "grammar", "json_object"}
+    unknown = [k for k in keys if k not in known]
+    if unknown:
+        raise ConstraintError(
+            f"structured_outputs.{unknown[0]} is not supported; use one of json, regex, choice, grammar, json_object.",
+            f"structured_outputs.{unknown[0]}",
+        )
+    if len(keys) != 1:
+        raise ConstraintError(
+            f"structured_outputs must set exactly one of json, regex, choice, grammar, json_object (got {len(keys)}).",
+            "structured_outputs",
+        )
+    key = keys[0]
+    value = so[key]
+    param = f"structured_outputs.{key}"
+    if key == "json":
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as exc:
+                raise ConstraintError(f"{param} is not valid JSON: {exc}", param) from None
+        _check_schema(value, param)
+        return _json_response(value)
+    if key == "json_object":
+        if value is not True:
+            raise ConstraintError(f"{param} must be true when set.", param)
+        return _Response(_json_format({"type": "object"}), Constraint("json_object", True))
+    if key == "regex":
+        _check_regex(value, param)
+        return _Response({"type": "regex", "pattern": value}, Constraint("regex", value))
+    if key == "choice":
+        choices = _check_choice(value, param)
+        return _Response(_one_of([_const(c) for c in choices]), Constraint("choice", choices))
+    ebnf = _check_grammar(value, param)
+    return _Response({"type": "grammar", "grammar": ebnf}, Constraint("grammar", value))
+
+
+_EMPTY_OBJECT = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _tool_arguments_schema(function: dict[str, Any], param: str) -> Any:
+    """The schema the arguments must follow; parameterless tools get exactly ``{}``."""
+    params = function.get("parameters")
+    if params is None or params == {} or (
+        isinstance(params, dict)
+        and params.get("type") == "object"
+        and params.get("properties", None) == {}
+        and set(params) <= {"type", "properties", "required", "additionalProperties", "title", "description"}
+        and not params.get("required")
+        and params.get("additionalProperties", False) is False
+    ):
+        return _EMPTY_OBJECT
+    _check_schema(params, param)
+    if isinstance(params, dict):
+        t = params.get("type")
+        if t is None:
+            params = {"type": "object", **params}
+        elif t != "object" and not (isinstance(t, list) and "object" in t):
+            raise ConstraintError(f"{param} must describe an object (type 'object'), got type {t!r}.", param)
+        elif isinstance(t, list):
+            params = {**params, "type": "object"}
+    else:  # `true`: any JSON, but arguments are always an object
+        params = {"type": "object"}
+    return params
+
+
+def _tool_entries(tools: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    entries: list[tuple[str, Any]] = []
+    seen: set[str] = set()
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+            raise ConstraintError(f"tools[{i}] must be a function tool.", f"tools[{i}].type")
+        fn = tool.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ConstraintError(f"tools[{i}].function.name must be a non-empty string.", f"tools[{i}].function.name")
+        if name in seen:
+            raise ConstraintError(f"tools[{i}]: the tool name {name!r} is used twice.", f"tools[{i}].function.name")
+        seen.add(name)
+        entries.append((name, _tool_arguments_schema(fn, f"tools[{i}].function.parameters")))
+    return entries
+
+
+def _tool_mode(tool_choice: str | dict[str, Any] | None, names: list[str]) -> tuple[str, str | None]:
+    """('none'|'auto'|'required'|'named', named tool)."""
+    if tool_choice is None:
+        return ("auto", None) if names else ("none", None)
+    if isinstance(tool_choice, str):
+        if tool_choice not in ("none", "auto", "required"):
+            raise ConstraintError(
+                f"tool_choice {tool_choice!r} is not supported; use 'none', 'auto', 'required' or a named function.",
+                "tool_choice",
+            )
+        if tool_choice == "required" and not names:
+            raise ConstraintError("tool_choice 'required' needs at least one tool in 'tools'.", "tool_choice")
+        return (tool_choice if names else "none"), None
+    fn = tool_choice.get("function") if isinstance(tool_choice, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    if not isinstance(name, str) or not name:
+        raise ConstraintError(
+            "tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}.",
+            "tool_choice",
+        )
+    if not names:
+        raise ConstraintError(f"tool_choice names the function {name!r} but no tools were given.", "tool_choice")
+    if name not in names:
+        raise ConstraintError(
+            f"tool_choice names the function {name!r}, which is not in tools (known: {', '.join(names)}).",
+            "tool_choice",
+        )
+    return "named", name
+
+
+def _finish(fmt: dict[str, Any], reasoning: ReasoningSpec | None, plain: Constraint | None) -> Constraint:
+    """Prefix the reasoning block when asked, validate, and pick the simplest vLLM form."""
+    if reasoning is None and plain is not None:
+        return plain
+    if reasoning is not None:
+        fmt = _seq(_reasoning_prefix(reasoning), fmt)
+    tag = {"type": "structural_tag", "format": fmt}
+    _check_structural_tag(tag, None)
+    return Constraint("structural_tag", tag)
+
+
+def constraint_from_request(
+    *,
+    response_format: dict[str, Any] | None,
+    structured_outputs: dict[str, Any] | None,
+    tools: list[dict[str, Any]] | None,
+    tool_choice: str | dict[str, Any] | None,
+    parallel_tool_calls: bool,
+    tool_format: str | None,
+    reasoning: ReasoningSpec | None = None,
+    tool_constraints: bool = True,
+) -> Constraint | None:
+    """One constraint for the whole completion, or None when the output is free text.
+
+    ``tool_constraints`` False leaves tool_choice "auto" unconstrained (required / named calls
+    are still enforced). Raises ConstraintError for anything that cannot be enforced exactly.
+    """
+    response: _Response | None = None
+    if response_format is not None:
+        response = _from_response_format(response_format)
+    if structured_outputs:
+        if response is not None:
+            raise ConstraintError(
+                "Set either response_format or structured_outputs, not both.", "structured_outputs"
+            )
+        response = _from_structured_outputs(structured_outputs)
+
+    entries = _tool_entries(tools or [])
+    mode, named = _tool_mode(tool_choice, [n for n, _ in entries])
+
+    if mode == "none":
+        return None if response is None else _finish(response.fmt, reasoning, response.plain)
+    if mode in ("required", "named") and response is not None:
+        raise ConstraintError(
+            f"tool_choice {'required' if mode == 'required' else repr(named)} forces a tool call, which cannot "
+            "also be the JSON answer response_format / structured_outputs asks for; "
+            "drop one of them or use tool_choice 'auto'.",
+            "tool_choice",
+        )
+    if mode == "auto" and not tool_constraints:
+        return None
+    if tool_format is None or tool_format not in TOOL_FORMATS:
+        raise ConstraintError(
+            f"Tool calls cannot be constrained: the tool-call format {tool_format!r} is not one of "
+            f"{', '.join(sorted(TOOL_FORMATS))}.",
+            "tools",
+        )
+    fmt_spec = TOOL_FORMATS[tool_format]
+    if mode == "named":
+        calls = tool_call_format(fmt_spec, [e for e in entries if e[0] == named], mode="required", parallel=False)
+        return _finish(calls, reasoning, None)
+    if mode == "required":
+        return _finish(tool_call_format(fmt_spec, entries, mode="required", parallel=parallel_tool_calls), reasoning, None)
+    if response is None:
+        return _finish(tool_call_format(fmt_spec, entries, mode="auto", parallel=parallel_tool_calls), reasoning, None)
+    # auto + JSON answer: either the calls (no free text) or the constrained answer.
+    calls = tool_call_format(fmt_spec, entries, mode="required", parallel=parallel_tool_calls)
+    return _finish({"type": "or", "elements": [calls, response.fmt]}, reasoning, None)

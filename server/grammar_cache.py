@@ -1,0 +1,176 @@
+"""Compile constraints with XGrammar before a request reaches vLLM, and remember the outcome.
+
+vLLM compiles grammars asynchronously inside the engine; a schema that fails (or takes
+forever) there surfaces late and badly. Compiling here first, with the same tokenizer info
+and the same xgrammar calls as vLLM's ``XgrammarBackend.compile_grammar``, turns those into
+a 400 at request time (or a start-up error with ``--precompile``). Outcomes are cached in a
+bounded LRU keyed by the constraint; only metadata is kept, not the compiled grammar (vLLM
+keeps its own compiled copy in the engine process).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .constraints import Constraint, ConstraintError, _is_lark, _xgr_message
+
+__all__ = ["CompileResult", "GrammarCache", "compile_constraint", "tokenizer_info_from_hf"]
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    ok: bool
+    seconds: float
+    cached: bool
+    error: str | None = None
+
+
+def tokenizer_info_from_hf(tokenizer: Any, *, vocab_size: int | None = None) -> Any:
+    """``xgrammar.TokenizerInfo`` built exactly as vLLM's xgrammar backend builds it for a
+    Hugging Face tokenizer. Pass the model's vocab size (``model_config.get_vocab_size()``,
+    i.e. the lm_head width) when it differs from the tokenizer's."""
+    import xgrammar as xgr
+
+    return xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size)
+
+
+def _choice_ebnf(choices: tuple[str, ...] | list[str]) -> str:
+    """vLLM's ``choice_as_grammar``."""
+    escapes = {"\\": r"\\", '"': r"\"", "\n": r"\n", "\r": r"\r", "\t": r"\t"}
+
+    def esc(s: str) -> str:
+        return "".join(
+            escapes.get(ch) or (f"\\u{ord(ch):04x}" if ord(ch) < 0x20 or ord(ch) == 0x7F else ch) for ch in s
+        )
+
+    return "root ::= " + " | ".join(f'"{esc(c)}"' for c in choices)
+
+
+def compile_constraint(compiler: Any, constraint: Constraint, *, disable_any_whitespace: bool = False) -> Any:
+    """Compile ``constraint`` with an ``xgrammar.GrammarCompiler`` the way vLLM 0.32 does."""
+    import json
+
+    separators = (",", ":") if disable_any_whitespace else None
+    kind, value = constraint.kind, constraint.value
+    if kind == "json":
+        schema = value if isinstance(value, str) else json.dumps(value)
+        return compiler.compile_json_schema(schema, any_whitespace=not disable_any_whitespace, separators=separators)
+    if kind == "json_object":
+        return compiler.compile_json_schema(
+            '{"type": "object"}', any_whitespace=not disable_any_whitespace, separators=separators
+        )
+    if kind == "regex":
+        return compiler.compile_regex(value)
+    if kind == "choice":
+        return compiler.compile_grammar(_choice_ebnf(value))
+    if kind == "grammar":
+        return compiler.compile_lark(value) if _is_lark(value) else compiler.compile_grammar(value)
+    if kind == "structural_tag":
+        return compiler.compile_structural_tag(value if isinstance(value, str) else json.dumps(value))
+    raise ValueError(f"unknown constraint kind {kind!r}")
+
+
+class GrammarCache:
+    """Thread-safe, bounded LRU of compile outcomes, with a compile timeout.
+
+    ``tokenizer_info`` is an ``xgrammar.TokenizerInfo`` or a zero-argument factory returning one
+    (built on first use, so the server can start the cache before the tokenizer is loaded).
+    """
+
+    def __init__(
+        self,
+        tokenizer_info: Any | Callable[[], Any],
+        *,
+        max_entries: int = 256,
+        compile_timeout_s: float = 10.0,
+        disable_any_whitespace: bool = False,
+        max_workers: int = 2,
+    ) -> None:
+        self._info_source = tokenizer_info
+        self._compiler: Any = None
+        self.max_entries = max_entries
+        self.compile_timeout_s = compile_timeout_s
+        self.disable_any_whitespace = disable_any_whitespace
+        self._entries: OrderedDict[str, CompileResult] = OrderedDict()
+        self._inflight: dict[str, Future[CompileResult]] = {}
+        self._lock = threading.Lock()
+        # Timed-out compiles keep running (xgrammar cannot be interrupted); a small pool bounds
+        # how many such threads can pile up.
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grammar-compile")
+        self._timed_out: set[str] = set()
+
+    @property
+    def compiler(self) -> Any:
+        """The ``xgrammar.GrammarCompiler`` (created on first use)."""
+        with self._lock:
+            if self._compiler is None:
+                import xgrammar as xgr
+
+                info = self._info_source
+                if not isinstance(info, xgr.TokenizerInfo):
+                    info = info()
+                self._compiler = xgr.GrammarCompiler(info, max_threads=8, cache_enabled=True)
+            return self._compiler
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def _run(self, constraint: Constraint) -> CompileResult:
+        start = time.perf_counter()
+        try:
+            compile_constraint(self.compiler, constraint, disable_any_whitespace=self.disable_any_whitespace)
+        except Exception as exc:  # xgrammar reports every compile failure as an exception
+            return CompileResult(False, time.perf_counter() - start, False, _xgr_message(exc))
+        return CompileResult(True, time.perf_counter() - start, False, None)
+
+    def compile(self, constraint: Constraint) -> CompileResult:
+        """Compile (or recall) ``constraint``. Returns ok=False with xgrammar's reason when it
+        does not compile; raises ConstraintError when it does not compile in time."""
+        key = constraint.cache_key()
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return CompileResult(hit.ok, 0.0, True, hit.error)
+            if key in self._timed_out:
+                raise self._too_slow()
+            future = self._inflight.get(key)
+            if future is None:
+                future = self._pool.submit(self._run, constraint)
+                self._inflight[key] = future
+                future.add_done_callback(lambda f, k=key: self._store(k, f))
+        try:
+            result = future.result(timeout=self.compile_timeout_s)
+        except FutureTimeout:
+            with self._lock:
+                self._timed_out.add(key)
+            raise self._too_slow() from None
+        return result
+
+    def _too_slow(self) -> ConstraintError:
+        return ConstraintError(
+            f"The schema / grammar is too complex to compile within {self.compile_timeout_s:g} s; "
+            "simplify it (fewer alternatives, shallower nesting, smaller repetition bounds).",
+            None,
+        )
+
+    def _store(self, key: str, future: Future[CompileResult]) -> None:
+        with self._lock:
+            self._inflight.pop(key, None)
+            if future.cancelled() or future.exception() is not None:
+                return
+            self._timed_out.discard(key)
+            self._entries[key] = future.result()
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def close(self) -> None:
+        """Stop the worker threads (does not wait for a running compile)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
