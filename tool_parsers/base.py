@@ -3,14 +3,20 @@
 A parser is a pure function of the text generated so far: ``parse(text, final=...)``.
 It keeps no streaming state; the server diffs two successive parses (see
 ``server.stream.compute_deltas``) to produce OpenAI deltas.
+
+Each parser also describes its output format as data (:class:`CallFormat`) so the
+constraints code can build grammars / structural tags without the parser knowing about
+them. Parsers never build constraints themselves.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-__all__ = ["ToolCallPart", "ParsedTools", "ToolParser"]
+from ._scan import ScanCache
+
+__all__ = ["ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ScanCache"]
 
 
 @dataclass(frozen=True)
@@ -18,7 +24,8 @@ class ToolCallPart:
     """One tool call as seen so far.
 
     ``arguments`` is the raw argument JSON text generated so far (a prefix of the final
-    text while ``complete`` is False). ``name`` is None until the whole name is known.
+    text while ``complete`` is False; ``"{}"`` once complete when the model wrote none).
+    ``name`` is None until the whole name is known.
     """
 
     name: str | None
@@ -32,30 +39,56 @@ class ParsedTools:
 
     content: str
     tool_calls: tuple[ToolCallPart, ...] = ()
-    # Set by the parser when a call could not be parsed at the end (final=True); the
-    # text is then returned as content and this says why, for logs and metrics.
+    # Set by the parser when a call could not be parsed; the call's text is then
+    # returned as content and this says why, for logs and metrics.
     errors: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class CallFormat:
+    """What a model writes for its tool calls, as literal pieces (for constraint builders).
+
+    The text of ``k`` calls is::
+
+        section_begin
+        + call_begin + NAME + name_end + ARGUMENTS_JSON + call_end   (first call)
+        + separator + call_begin + NAME + ...                           (more calls)
+        + section_end
+
+    ``NAME`` is the bare function name (inside a JSON string when ``call_begin`` ends
+    with a quote), ``ARGUMENTS_JSON`` a JSON object. ``trigger`` is the text whose
+    appearance in free text starts the tool-call section: a prefix of
+    ``section_begin + call_begin`` (for an xgrammar structural tag: the trigger).
+    Parsers accept more than this (other whitespace, key order, optional pieces); the
+    format is what a grammar should make the model write.
+    """
+
+    trigger: str
+    section_begin: str
+    call_begin: str
+    name_end: str
+    call_end: str
+    separator: str
+    section_end: str
+
+
 class ToolParser(ABC):
-    """One tool-call format. Markers and the constraint are class data."""
+    """One tool-call format. Markers and the format are class data.
+
+    Class attributes:
+      ``name``   registry name.
+      ``start``  marker that opens the tool-call section (e.g. ``"<tool_call>"``); text
+                 before it is content. Empty when calls have no marker.
+      ``end``    marker that closes one call (``""`` when none).
+      ``format`` the exact format as pieces, see :class:`CallFormat`.
+    """
 
     name: ClassVar[str]
-    start: ClassVar[str]  # marker that opens the tool-call section (e.g. "<tool_call>")
-    end: ClassVar[str]  # marker that closes one call ("" when none)
+    start: ClassVar[str]
+    end: ClassVar[str]
+    format: ClassVar[CallFormat]
 
     @abstractmethod
     def parse(self, text: str, *, final: bool) -> ParsedTools:
         """Parse the whole text so far. While not final, hold back text that may be
         the start of a marker (never emit a partial marker as content)."""
-
-    @abstractmethod
-    def structural_tag(
-        self, tools: list[dict[str, Any]], *, mode: str, parallel: bool
-    ) -> dict[str, Any]:
-        """The xgrammar structural tag (JSON-able dict) that constrains calls.
-
-        ``mode`` is "auto" (free text, calls triggered by the start marker), "required"
-        (at least one call, no free text before it) or "named" (``tools`` holds the one
-        tool that must be called). ``parallel`` False allows at most one call.
-        """

@@ -1,0 +1,85 @@
+"""Splitting a reasoning block off the generated text.
+
+A reasoning parser is a pure function of the whole text so far:
+``split(text, final=...) -> (reasoning, rest)``. ``rest`` goes on to the tool parser /
+content. Variants differ only by class data.
+
+Conventions (checked against ``testdata/parsers/cases.json``):
+
+* Whitespace followed by ``start`` at the beginning of the text is dropped with it.
+  Nothing else is stripped: reasoning and rest keep their own whitespace.
+* ``starts_open``: the prompt already opened the block, so text is reasoning until
+  ``end`` even without ``start``. Without it only an explicit ``start`` opens a block.
+* Reasoning ends at ``end`` (dropped) or at any ``tool_start`` marker (kept: it begins
+  the rest). With neither, all of it is reasoning.
+* While not final, text that may still become a marker is held back.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = ["ReasoningParser"]
+
+
+class ReasoningParser:
+    """``<think>...</think>``-style reasoning; subclasses set the class data.
+
+    Class attributes:
+      ``name``        registry name.
+      ``start`` / ``end``  markers around the reasoning.
+      ``starts_open`` the chat template opens the block in the prompt.
+      ``tool_start``  markers that end reasoning even without ``end``.
+
+    ``thinking=False`` (e.g. ``chat_template_kwargs.enable_thinking=False``): the prompt
+    did not open a block, so only an explicit ``start`` makes reasoning.
+    """
+
+    name: ClassVar[str] = "think"
+    start: ClassVar[str] = "<think>"
+    end: ClassVar[str] = "</think>"
+    starts_open: ClassVar[bool] = False
+    tool_start: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, *, thinking: bool = True) -> None:
+        self.open_at_start = self.starts_open and thinking
+
+    def split(self, text: str, *, final: bool) -> tuple[str, str]:
+        """``(reasoning, rest)`` of the whole text so far."""
+        p = len(text) - len(text.lstrip())
+        if text.startswith(self.start, p):
+            body = p + len(self.start)
+        elif not final and self.start.startswith(text[p:]):
+            return "", ""  # whitespace or a partial start marker: wait
+        elif self.open_at_start:
+            body = 0
+        else:
+            return "", text
+        stop, resume = self._find_stop(text, body)
+        if stop >= 0:
+            return text[body:stop], text[resume:]
+        if final:
+            return text[body:], ""
+        return text[body : self._hold_from(text, body)], ""
+
+    def _find_stop(self, text: str, body: int) -> tuple[int, int]:
+        """Earliest end of reasoning at or after ``body``: (stop, where rest begins)."""
+        stop, resume = -1, -1
+        at = text.find(self.end, body)
+        if at >= 0:
+            stop, resume = at, at + len(self.end)
+        for marker in self.tool_start:
+            at = text.find(marker, body)
+            if at >= 0 and (stop < 0 or at < stop):
+                stop, resume = at, at
+        return stop, resume
+
+    def _hold_from(self, text: str, body: int) -> int:
+        """Start of a possible partial marker at the end of the text (or its length)."""
+        n = len(text)
+        hold = n
+        for marker in (self.end, *self.tool_start):
+            for k in range(min(len(marker) - 1, n - body), 0, -1):
+                if text.endswith(marker[:k]):
+                    hold = min(hold, n - k)
+                    break
+        return hold

@@ -1,0 +1,165 @@
+"""server/stream.py: the OpenAI delta rules (compute_deltas) and MessageStream."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from reasoning_parsers import get_reasoning_parser
+from server.stream import (
+    MessageDelta,
+    MessageStream,
+    Parsed,
+    StreamRetractionError,
+    ToolCallDelta,
+    compute_deltas,
+    new_tool_call_id,
+)
+from tests.unit.parser_contract import check_agree, chunkings, run_nonstream, run_stream
+from tool_parsers import TOOL_PARSERS, get_tool_parser
+from tool_parsers.base import ToolCallPart
+
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def _p(reasoning: str = "", content: str = "", *calls: tuple[str | None, str]) -> Parsed:
+    parts = tuple(ToolCallPart(n, a, False) for n, a in calls)
+    return Parsed(reasoning, content, parts, tuple(f"call_{i:024d}" for i in range(len(parts))))
+
+
+def test_compute_deltas_text_grows() -> None:
+    assert compute_deltas(_p(), _p()) is None
+    assert compute_deltas(_p("a", ""), _p("ab", "c")) == MessageDelta("b", "c", ())
+    with pytest.raises(StreamRetractionError, match="content"):
+        compute_deltas(_p("", "abc"), _p("", "abd"))
+    with pytest.raises(StreamRetractionError, match="reasoning"):
+        compute_deltas(_p("abc"), _p("ab"))
+
+
+def test_compute_deltas_tool_calls() -> None:
+    id0, id1 = "call_" + "0" * 24, "call_" + "0" * 23 + "1"
+    delta = compute_deltas(_p(), _p("", "", ("f", '{"a"')))
+    assert delta == MessageDelta(None, None, (ToolCallDelta(0, id0, "f", ""), ToolCallDelta(0, None, None, '{"a"')))
+    delta = compute_deltas(_p("", "", ("f", '{"a"')), _p("", "", ("f", '{"a": 1}'), ("g", "")))
+    assert delta is not None and delta.tool_calls == (
+        ToolCallDelta(0, None, None, ": 1}"),
+        ToolCallDelta(1, id1, "g", ""),
+    )
+    # a call whose name is not known yet is not streamed
+    assert compute_deltas(_p(), _p("", "", (None, '{"a"'))) is None
+    with pytest.raises(StreamRetractionError, match="disappeared"):
+        compute_deltas(_p("", "", ("f", "{")), _p())
+    with pytest.raises(StreamRetractionError, match="changed"):
+        compute_deltas(_p("", "", ("f", "{")), _p("", "", ("g", "{")))
+    with pytest.raises(StreamRetractionError, match="arguments"):
+        compute_deltas(_p("", "", ("f", '{"a"')), _p("", "", ("f", '{"b"')))
+
+
+def test_new_tool_call_id_shape() -> None:
+    ids = {new_tool_call_id() for _ in range(200)}
+    assert len(ids) == 200
+    assert all(i.startswith("call_") and len(i) == 29 and i[5:].isalnum() and i.isascii() for i in ids)
+
+
+def _qwen_hermes(**kw: object) -> MessageStream:
+    return MessageStream(
+        tool_parser=get_tool_parser("hermes"), reasoning_parser=get_reasoning_parser("qwen3"), **kw  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(
+    "text,reasoning,content",
+    [
+        (f"<think>I should look it up.</think>\n\n{CALL}", "I should look it up.", ""),
+        (f"<think>No end tag, straight to the call.\n{CALL}", "No end tag, straight to the call.\n", ""),
+        (f"Opened by the template.</think>Checking.\n{CALL}", "Opened by the template.", "Checking.\n"),
+    ],
+)
+def test_think_then_tool_call(text: str, reasoning: str, content: str) -> None:
+    whole = run_nonstream(_qwen_hermes, text)
+    assert whole.reasoning == reasoning and (whole.content or "") == content
+    assert [(c.name, json.loads(c.arguments)) for c in whole.tool_calls] == [("get_weather", {"city": "Paris"})]
+    for chunks in chunkings(text).values():
+        check_agree(run_stream(_qwen_hermes, chunks, markers=("<think>", "</think>", "<tool_call>")), whole)
+
+
+def test_tool_markers_inside_reasoning_are_not_parsed_by_deepseek() -> None:
+    def make(**kw: object) -> MessageStream:
+        return MessageStream(tool_parser=get_tool_parser("hermes"),
+                             reasoning_parser=get_reasoning_parser("deepseek_r1"), **kw)  # type: ignore[arg-type]
+
+    text = f"maybe {CALL}?</think>{CALL}"
+    final = run_nonstream(make, text)
+    assert final.reasoning == f"maybe {CALL}?"
+    assert [c.name for c in final.tool_calls] == ["get_weather"] and final.content is None
+
+
+def test_non_streaming_mode_parses_once_with_final_verdict() -> None:
+    stream = MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None, streaming=False)
+    assert stream.feed('<tool_call>\n{"name": "f", "arguments": {"a": 1}') is None
+    stream.finish()
+    final = stream.final_message()
+    assert final.tool_calls == [] and final.content == '{"name": "f", "arguments": {"a": 1}'
+    assert len(final.errors) == 1
+
+
+def test_truncated_streamed_call_is_closed_with_empty_object() -> None:
+    def make(**kw: object) -> MessageStream:
+        return MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None, **kw)  # type: ignore[arg-type]
+
+    final = run_stream(make, list('<tool_call>\n{"name": "f", '))
+    assert [(c.name, c.arguments) for c in final.tool_calls] == [("f", "{}")]
+    assert any("stopped streaming" in e for e in final.errors)
+
+
+def test_stream_lifecycle_errors_and_id_factory() -> None:
+    ids = iter(["call_" + "a" * 24, "call_" + "b" * 24])
+    stream = MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None, id_factory=lambda: next(ids))
+    stream.feed(CALL + CALL)
+    assert stream.finish() is None
+    assert [c.id for c in stream.final_message().tool_calls] == ["call_" + "a" * 24, "call_" + "b" * 24]
+    with pytest.raises(RuntimeError):
+        stream.feed("x")
+    with pytest.raises(RuntimeError):
+        stream.finish()
+
+
+def test_plain_text_without_parsers() -> None:
+    def make(**kw: object) -> MessageStream:
+        return MessageStream(tool_parser=None, reasoning_parser=None, **kw)  # type: ignore[arg-type]
+
+    text = "Hello <tool_call> world\n"
+    for chunks in chunkings(text).values():
+        final = run_stream(make, chunks)
+        assert final.content == text and final.reasoning is None and final.tool_calls == []
+
+
+# Random outputs built from the pieces parsers care about: every chunking must follow the
+# delta rules, add up to the final message, and (unless a streamed call broke) agree with
+# the non-streamed parse. Fixed seed: reproducible, fast.
+_PIECES = [
+    "Hi ", "\n", " ", "é东", "<think>", "</think>", "<tool_call>", "</tool_call>", "<|python_tag|>",
+    "[TOOL_CALLS]", "[ARGS]", '{"name": "f", "arguments": {"a": "}"}}', '{"name": "g"}', '{"name": "h", ',
+    '"parameters": {}}', "[", "]", "{", "}", ", ", ";", '"', "get_weather", '{"x": [1, 2]}', "oops",
+    '[{"name": "f", "arguments": {"b": [true]}}]', 'f{"a": 1}', "get_weather[ARGS]{}", '{"name": "get_weather", ',
+    '"parameters": {"city": "Zürich"}}', "</",
+]
+
+
+@pytest.mark.parametrize("parser", TOOL_PARSERS)
+def test_random_outputs_follow_the_rules(parser: str) -> None:
+    rng = random.Random(f"gramserve-{parser}")
+    for i in range(90):
+        reasoning = (None, get_reasoning_parser("qwen3"), get_reasoning_parser("deepseek_r1", thinking=False))[i % 3]
+
+        def make(**kw: object) -> MessageStream:
+            return MessageStream(tool_parser=get_tool_parser(parser), reasoning_parser=reasoning,
+                                 tool_names=["f", "g", "get_weather"], **kw)  # type: ignore[arg-type]
+
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 10)))
+        whole = run_nonstream(make, text)
+        for name, chunks in chunkings(text).items():
+            final = run_stream(make, chunks)
+            if not any("stopped streaming" in e for e in final.errors):
+                check_agree(final, whole)

@@ -1,0 +1,348 @@
+"""Scanning JSON and markers in text that may stop at any character.
+
+Every parser re-reads the whole text on each step, so these helpers answer three-way:
+a value is *complete* (its end index), *cut off* (``None``: the text stops inside it and
+could still become valid), or *invalid* (:class:`JsonError`: no continuation can fix it).
+"Invalid" is therefore final even while streaming, which lets parsers decide early.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+__all__ = [
+    "JsonError",
+    "ScanCache",
+    "ObjectScan",
+    "ArrayScan",
+    "skip_ws",
+    "scan_value",
+    "scan_object",
+    "scan_array",
+    "partial_marker_start",
+    "decode_string",
+    "CallObject",
+    "scan_call_object",
+]
+
+_WS = " \t\n\r"
+_WS_RE = re.compile(r"[ \t\n\r]*")
+# Body of a JSON string up to (not including) the closing quote or the first bad char.
+_STRING_BODY = re.compile(r'(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*')
+# A string body that stops inside an escape ("\\" or "\\u12" at the very end).
+_PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_NUMBER_PREFIX = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?)?\Z")
+_LITERALS = {"t": "true", "f": "false", "n": "null"}
+
+
+class JsonError(ValueError):
+    """The text cannot be (the start of) valid JSON; ``pos`` is where it went wrong."""
+
+    def __init__(self, message: str, pos: int) -> None:
+        super().__init__(f"{message} at offset {pos}")
+        self.pos = pos
+
+
+def skip_ws(text: str, pos: int) -> int:
+    """Index of the first non-whitespace character at or after ``pos``."""
+    return _WS_RE.match(text, pos).end()  # type: ignore[union-attr]
+
+
+def _scan_string(text: str, pos: int) -> int | None:
+    # text[pos] == '"'
+    body_end = _STRING_BODY.match(text, pos + 1).end()  # type: ignore[union-attr]
+    if body_end < len(text) and text[body_end] == '"':
+        return body_end + 1
+    if body_end == len(text) or _PARTIAL_ESCAPE.match(text, body_end):
+        return None
+    raise JsonError("invalid character in JSON string", body_end)
+
+
+def _scan_scalar(text: str, pos: int) -> int | None:
+    ch = text[pos]
+    if ch == '"':
+        return _scan_string(text, pos)
+    literal = _LITERALS.get(ch)
+    if literal is not None:
+        if text.startswith(literal, pos):
+            return pos + len(literal)
+        if literal.startswith(text[pos:]):
+            return None
+        raise JsonError(f"expected {literal!r}", pos)
+    if ch == "-" or ch.isdigit():
+        match = _NUMBER.match(text, pos)
+        end = match.end() if match else pos
+        if end == len(text) or _NUMBER_PREFIX.match(text, pos):
+            return None  # the number may still grow
+        if match is None:
+            raise JsonError("invalid number", pos)
+        return end
+    raise JsonError(f"unexpected character {ch!r}", pos)
+
+
+def scan_value(text: str, pos: int) -> int | None:
+    """End (exclusive) of the JSON value that starts exactly at ``pos``.
+
+    Returns None when the text stops before the value does. Raises :class:`JsonError`
+    when no continuation can make it valid. Iterative, so nesting depth is unlimited.
+    Inside :meth:`ScanCache.active` it resumes where an earlier scan of the same value
+    stopped (same result, less work when the text only grew).
+    """
+    n = len(text)
+    if pos >= n:
+        return None
+    ch = text[pos]
+    if ch not in "{[":
+        return _scan_scalar(text, pos)
+    cache = _ACTIVE.get()
+    stack: list[str] = []
+    i, expect = pos, "value"
+    if cache is not None:
+        hit = cache.get(pos)
+        if hit is not None and text.startswith(hit[0], pos):
+            if hit[1] is None:
+                return pos + len(hit[0])
+            saved_stack, expect, i = hit[1]
+            stack = list(saved_stack)
+    end = _scan_container(text, pos, stack, expect, i, cache)
+    if cache is not None and end is not None:
+        cache[pos] = (text[pos:end], None)
+    return end
+
+
+def _scan_container(
+    text: str, pos: int, stack: list[str], expect: str, i: int, cache: dict | None
+) -> int | None:
+    n = len(text)
+    # expect: "value", "key_or_close", "key", "colon", "comma_or_close", "value_or_close"
+    while True:
+        i = skip_ws(text, i)
+        end: int | None = i + 1
+        if i < n:
+            ch = text[i]
+            if expect in ("value", "value_or_close"):
+                if expect == "value_or_close" and ch == "]":
+                    stack.pop()
+                elif ch in "{[":
+                    stack.append("}" if ch == "{" else "]")
+                    expect = "key_or_close" if ch == "{" else "value_or_close"
+                    i += 1
+                    continue
+                else:
+                    end = _scan_scalar(text, i)
+            elif expect in ("key_or_close", "key"):
+                if expect == "key_or_close" and ch == "}":
+                    stack.pop()
+                elif ch == '"':
+                    end = _scan_string(text, i)
+                    if end is not None:
+                        i, expect = end, "colon"
+                        continue
+                else:
+                    raise JsonError("expected an object key", i)
+            elif expect == "colon":
+                if ch != ":":
+                    raise JsonError("expected ':'", i)
+                i += 1
+                expect = "value"
+                continue
+            else:  # comma_or_close
+                if ch == ",":
+                    i += 1
+                    expect = "key" if stack[-1] == "}" else "value"
+                    continue
+                if ch != stack[-1]:
+                    raise JsonError(f"expected ',' or {stack[-1]!r}", i)
+                stack.pop()
+        if i >= n or end is None:
+            # The token at i is unfinished: next time resume right here.
+            if cache is not None:
+                cache[pos] = (text[pos:i], (tuple(stack), expect, i))
+            return None
+        i = end  # a value just ended
+        if not stack:
+            return i
+        expect = "comma_or_close"
+
+
+class ScanCache:
+    """Per-stream memo of JSON scans, so re-parsing a growing text stays linear-ish.
+
+    Results are the same with or without it: an entry is reused only when the text still
+    starts with exactly the text it was computed from. Use one per growing text::
+
+        cache = ScanCache()
+        with cache.active():
+            parser.parse(text, final=False)
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[str, tuple[tuple[str, ...], str, int] | None]] = {}
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        token = _ACTIVE.set(self._entries)
+        try:
+            yield
+        finally:
+            _ACTIVE.reset(token)
+
+
+_ACTIVE: ContextVar[dict | None] = ContextVar("gramserve_scan_cache", default=None)
+
+
+@dataclass(frozen=True)
+class ObjectScan:
+    """Top-level members of a JSON object that may be cut off.
+
+    ``members`` maps each key whose value has started to ``(start, end)``; ``end`` is None
+    while the value is cut off. ``end`` is the index after ``}`` (None while cut off).
+    ``first_key`` is the first complete key, if any.
+    """
+
+    members: dict[str, tuple[int, int | None]]
+    end: int | None
+    first_key: str | None
+
+
+def scan_object(text: str, pos: int) -> ObjectScan:
+    """Scan the object starting at ``pos`` (``text[pos] == "{"``) member by member.
+
+    Raises :class:`JsonError` when it cannot be a valid object. Keys seen twice keep
+    their first value.
+    """
+    members: dict[str, tuple[int, int | None]] = {}
+    first_key: str | None = None
+    i = skip_ws(text, pos + 1)
+    if i < len(text) and text[i] == "}":
+        return ObjectScan(members, i + 1, None)
+    while True:
+        if i >= len(text):
+            return ObjectScan(members, None, first_key)
+        if text[i] != '"':
+            raise JsonError("expected an object key", i)
+        key_end = _scan_string(text, i)
+        if key_end is None:
+            return ObjectScan(members, None, first_key)
+        key = json.loads(text[i:key_end])
+        if first_key is None:
+            first_key = key
+        i = skip_ws(text, key_end)
+        if i >= len(text):
+            return ObjectScan(members, None, first_key)
+        if text[i] != ":":
+            raise JsonError("expected ':'", i)
+        i = skip_ws(text, i + 1)
+        if i >= len(text):
+            return ObjectScan(members, None, first_key)
+        value_end = scan_value(text, i)
+        members.setdefault(key, (i, value_end))
+        if value_end is None:
+            return ObjectScan(members, None, first_key)
+        i = skip_ws(text, value_end)
+        if i >= len(text):
+            return ObjectScan(members, None, first_key)
+        if text[i] == "}":
+            return ObjectScan(members, i + 1, first_key)
+        if text[i] != ",":
+            raise JsonError("expected ',' or '}'", i)
+        i = skip_ws(text, i + 1)
+
+
+@dataclass(frozen=True)
+class ArrayScan:
+    """Items of a JSON array that may be cut off: ``(start, end|None)`` per started item."""
+
+    items: tuple[tuple[int, int | None], ...]
+    end: int | None
+
+
+def scan_array(text: str, pos: int) -> ArrayScan:
+    """Scan the array starting at ``pos`` (``text[pos] == "["``) item by item."""
+    items: list[tuple[int, int | None]] = []
+    i = skip_ws(text, pos + 1)
+    if i < len(text) and text[i] == "]":
+        return ArrayScan((), i + 1)
+    while True:
+        if i >= len(text):
+            return ArrayScan(tuple(items), None)
+        item_end = scan_value(text, i)
+        items.append((i, item_end))
+        if item_end is None:
+            return ArrayScan(tuple(items), None)
+        i = skip_ws(text, item_end)
+        if i >= len(text):
+            return ArrayScan(tuple(items), None)
+        if text[i] == "]":
+            return ArrayScan(tuple(items), i + 1)
+        if text[i] != ",":
+            raise JsonError("expected ',' or ']'", i)
+        i = skip_ws(text, i + 1)
+
+
+def partial_marker_start(text: str, markers: tuple[str, ...], start: int = 0) -> int:
+    """Where a possible (proper) prefix of any marker begins at the end of ``text``.
+
+    Returns ``len(text)`` when the end of the text cannot be the start of a marker. Only
+    positions at or after ``start`` are considered.
+    """
+    n = len(text)
+    best = n
+    for marker in markers:
+        for k in range(min(len(marker) - 1, n - start), 0, -1):
+            if text.endswith(marker[:k]):
+                best = min(best, n - k)
+                break
+    return best
+
+
+def decode_string(text: str, start: int, end: int) -> str | None:
+    """The JSON string ``text[start:end]`` decoded, or None if that value is not a string."""
+    if text[start] != '"':
+        return None
+    return json.loads(text[start:end])
+
+
+@dataclass(frozen=True)
+class CallObject:
+    """A ``{"name": ..., "arguments": ...}`` object as far as it goes.
+
+    ``name`` is None until the name string is closed. ``arguments`` is the raw text of the
+    arguments value so far ("" until it starts). ``has_arguments`` says an arguments key
+    was seen. ``end`` is the index after ``}`` (None while cut off). ``first_key`` lets a
+    parser reject objects that are plainly not calls early.
+    """
+
+    name: str | None
+    arguments: str
+    has_arguments: bool
+    end: int | None
+    first_key: str | None
+
+
+def scan_call_object(
+    text: str, pos: int, *, argument_keys: tuple[str, ...] = ("arguments", "parameters")
+) -> CallObject:
+    """Scan a call object at ``pos`` (``text[pos] == "{"``); JsonError when invalid,
+    including a complete ``name`` value that is not a string."""
+    scan = scan_object(text, pos)
+    name: str | None = None
+    if "name" in scan.members:
+        start, end = scan.members["name"]
+        if end is not None:
+            name = decode_string(text, start, end)
+            if name is None:
+                raise JsonError("the call's \"name\" must be a string", start)
+    arguments, has_arguments = "", False
+    for key in argument_keys:
+        if key in scan.members:
+            start, end = scan.members[key]
+            arguments = text[start:] if end is None else text[start:end]
+            has_arguments = True
+            break
+    return CallObject(name, arguments, has_arguments, scan.end, scan.first_key)

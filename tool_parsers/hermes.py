@@ -1,0 +1,94 @@
+"""Hermes / Qwen / SmolLM2 ChatML tool calls.
+
+Format: ``<tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>``, several in a
+row. ``"parameters"`` is accepted in place of ``"arguments"``; a call without either
+gets ``"{}"``. Arguments are returned as the raw JSON text the model wrote.
+
+Malformed calls: when a call's JSON is invalid (or the text ends inside it at the final
+parse), the call is not a call: its text between the markers (leading whitespace
+removed) is returned as content and ``errors`` says why. Invalid JSON is detected as
+soon as it appears (no continuation could fix it), so streaming and non-streaming agree
+unless the call's name had already been streamed.
+"""
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ._content import ContentBuilder
+from ._scan import JsonError, partial_marker_start, scan_call_object, skip_ws
+from .base import CallFormat, ParsedTools, ToolCallPart, ToolParser
+
+__all__ = ["HermesToolParser"]
+
+
+class HermesToolParser(ToolParser):
+    """``<tool_call>{json}</tool_call>`` blocks; text outside them is content."""
+
+    name: ClassVar[str] = "hermes"
+    start: ClassVar[str] = "<tool_call>"
+    end: ClassVar[str] = "</tool_call>"
+    format: ClassVar[CallFormat] = CallFormat(
+        trigger="<tool_call>",
+        section_begin="",
+        call_begin='<tool_call>\n{"name": "',
+        name_end='", "arguments": ',
+        call_end="}\n</tool_call>",
+        separator="\n",
+        section_end="",
+    )
+
+    def parse(self, text: str, *, final: bool) -> ParsedTools:
+        out = ContentBuilder()
+        calls: list[ToolCallPart] = []
+        errors: list[str] = []
+        pos = 0
+        while True:
+            i = text.find(self.start, pos)
+            if i < 0:
+                stop = len(text) if final else partial_marker_start(text, (self.start,), pos)
+                out.add(text[pos:stop])
+                break
+            out.add(text[pos:i])
+            body = i + len(self.start)
+            try:
+                p = skip_ws(text, body)
+                if p < len(text) and text[p] != "{":
+                    raise JsonError(f"expected '{{' after {self.start}", p)
+                obj = scan_call_object(text, p) if p < len(text) else None
+                if obj is not None and obj.end is not None and obj.name is None:
+                    raise JsonError('the call has no "name"', p)
+                if final and (obj is None or obj.end is None):
+                    raise JsonError("the text ends inside the call", len(text))
+            except JsonError as exc:
+                errors.append(f"{self.name}: malformed tool call at offset {i} ({exc}); kept as content")
+                stop = text.find(self.end, min(exc.pos, len(text)))
+                if stop < 0:
+                    cut = len(text) if final else partial_marker_start(text, (self.end,), body)
+                    out.add(text[body:cut].lstrip())
+                    break
+                out.add(text[body:stop].lstrip())
+                pos = stop + len(self.end)
+                continue
+            out.call()
+            if obj is None or obj.end is None:  # cut off while streaming
+                calls.append(ToolCallPart(obj.name if obj else None, obj.arguments if obj else "", False))
+                break
+            calls.append(ToolCallPart(obj.name, obj.arguments if obj.has_arguments else "{}", True))
+            pos = self._after_call(text, obj.end, final=final, errors=errors)
+        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors))
+
+    def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str]) -> int:
+        """Where content resumes after a call's JSON: past the end marker."""
+        q = skip_ws(text, obj_end)
+        if text.startswith(self.end, q):
+            return q + len(self.end)
+        if self.end.startswith(text[q:]):  # end marker (or nothing) still to come
+            return len(text)
+        stop, nxt = text.find(self.end, q), text.find(self.start, q)
+        if stop >= 0 and (nxt < 0 or stop < nxt):
+            errors.append(f"{self.name}: ignored text after the call's JSON: {text[q:stop]!r}")
+            return stop + len(self.end)
+        if nxt >= 0:  # end marker missing, another call follows: the gap is content
+            return obj_end
+        # Neither marker (yet): hold while streaming; at the end the rest is content.
+        return obj_end if final else len(text)

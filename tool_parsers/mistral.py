@@ -1,0 +1,164 @@
+"""Mistral tool calls, every tokenizer generation, one parser.
+
+Shapes accepted after each ``[TOOL_CALLS]`` marker (by every variant):
+
+* pre-v11: ``[TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]`` (a JSON array;
+  ``"parameters"`` accepted; a call without arguments gets ``"{}"``);
+* v11: ``[TOOL_CALLS]f{...}``, each call behind its own marker;
+* v13 (Magistral, Devstral): ``[TOOL_CALLS]f[ARGS]{...}``.
+
+The registry variants ``mistral`` / ``mistral_v11`` / ``mistral_v13`` parse the same way
+and differ only by :attr:`format` (what a grammar should make the model write).
+
+Malformed sections: when the text after a marker is not one of these shapes (invalid
+JSON, an element without a string name, text ending inside it at the final parse), the
+section's text up to the next marker (leading whitespace removed, marker dropped) is
+content and ``errors`` says why. Several markers in one output are all parsed (upstream
+vLLM raises on a second ``[TOOL_CALLS]``; a server should not).
+"""
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from ._content import ContentBuilder
+from ._scan import JsonError, partial_marker_start, scan_array, scan_call_object, scan_value, skip_ws
+from .base import CallFormat, ParsedTools, ToolCallPart, ToolParser
+
+__all__ = ["MistralToolParser", "MistralV11ToolParser", "MistralV13ToolParser"]
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]*")
+
+
+class MistralToolParser(ToolParser):
+    """``[TOOL_CALLS]`` sections; the format data describes the pre-v11 JSON array."""
+
+    name: ClassVar[str] = "mistral"
+    start: ClassVar[str] = "[TOOL_CALLS]"
+    end: ClassVar[str] = ""
+    args_marker: ClassVar[str] = "[ARGS]"  # optional between a v11+ name and its arguments
+    format: ClassVar[CallFormat] = CallFormat(
+        trigger="[TOOL_CALLS]",
+        section_begin="[TOOL_CALLS] [",
+        call_begin='{"name": "',
+        name_end='", "arguments": ',
+        call_end="}",
+        separator=", ",
+        section_end="]",
+    )
+
+    def parse(self, text: str, *, final: bool) -> ParsedTools:
+        out = ContentBuilder()
+        calls: list[ToolCallPart] = []
+        errors: list[str] = []
+        pos = 0
+        while True:
+            i = text.find(self.start, pos)
+            if i < 0:
+                stop = len(text) if final else partial_marker_start(text, (self.start,), pos)
+                out.add(text[pos:stop])
+                break
+            out.add(text[pos:i])
+            body = skip_ws(text, i + len(self.start))
+            try:
+                section, end = self._section(text, body, final=final)
+            except JsonError as exc:
+                errors.append(f"{self.name}: malformed tool call at offset {i} ({exc}); kept as content")
+                nxt = text.find(self.start, max(body, min(exc.pos, len(text))))
+                if nxt < 0:
+                    cut = len(text) if final else partial_marker_start(text, (self.start,), body)
+                    out.add(text[body:cut])
+                    break
+                out.add(text[body:nxt])
+                pos = nxt
+                continue
+            if section:
+                out.call()
+                calls.extend(section)
+            if end is None:  # cut off while streaming
+                break
+            pos = end
+        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors))
+
+    def _section(self, text: str, p: int, *, final: bool) -> tuple[list[ToolCallPart], int | None]:
+        """Calls of the section at ``p`` and where it ends (None: cut off)."""
+        if p >= len(text):
+            if final:
+                raise JsonError("nothing after the marker", p)
+            return [], None
+        if text[p] == "[" and not text.startswith(self.args_marker, p):
+            return self._array(text, p, final=final)
+        return self._named(text, p, final=final)
+
+    def _array(self, text: str, p: int, *, final: bool) -> tuple[list[ToolCallPart], int | None]:
+        arr = scan_array(text, p)
+        if final and arr.end is None:
+            raise JsonError("the text ends inside the tool calls", len(text))
+        calls = []
+        for start, item_end in arr.items:
+            if text[start] != "{":
+                raise JsonError("each tool call must be an object", start)
+            obj = scan_call_object(text, start)
+            if obj.end is not None and obj.name is None:
+                raise JsonError('a tool call has no "name"', start)
+            if item_end is None:
+                calls.append(ToolCallPart(obj.name, obj.arguments, False))
+            else:
+                calls.append(ToolCallPart(obj.name, obj.arguments if obj.has_arguments else "{}", True))
+        return calls, arr.end
+
+    def _named(self, text: str, p: int, *, final: bool) -> tuple[list[ToolCallPart], int | None]:
+        q = _NAME.match(text, p).end()  # type: ignore[union-attr]
+        if q >= len(text):
+            if final:
+                raise JsonError("the text ends inside the tool name", q)
+            return [ToolCallPart(None, "", False)], None
+        if q == p:
+            raise JsonError("expected a tool name or '['", p)
+        name = text[p:q]
+        if text.startswith(self.args_marker, q):
+            q += len(self.args_marker)
+        elif self.args_marker.startswith(text[q:]) and not final:
+            return [ToolCallPart(name, "", False)], None
+        if q >= len(text):
+            if final:
+                raise JsonError("the text ends before the arguments", q)
+            return [ToolCallPart(name, "", False)], None
+        if text[q] != "{":
+            raise JsonError("expected '{' after the tool name", q)
+        end = scan_value(text, q)
+        if end is None:
+            if final:
+                raise JsonError("the text ends inside the arguments", len(text))
+            return [ToolCallPart(name, text[q:], False)], None
+        return [ToolCallPart(name, text[q:end], True)], end
+
+
+class MistralV11ToolParser(MistralToolParser):
+    """Same parsing; format data for ``[TOOL_CALLS]name{arguments}``."""
+
+    name: ClassVar[str] = "mistral_v11"
+    format: ClassVar[CallFormat] = CallFormat(
+        trigger="[TOOL_CALLS]",
+        section_begin="",
+        call_begin="[TOOL_CALLS]",
+        name_end="",
+        call_end="",
+        separator="",
+        section_end="",
+    )
+
+
+class MistralV13ToolParser(MistralToolParser):
+    """Same parsing; format data for ``[TOOL_CALLS]name[ARGS]{arguments}``."""
+
+    name: ClassVar[str] = "mistral_v13"
+    format: ClassVar[CallFormat] = CallFormat(
+        trigger="[TOOL_CALLS]",
+        section_begin="",
+        call_begin="[TOOL_CALLS]",
+        name_end="[ARGS]",
+        call_end="",
+        separator="",
+        section_end="",
+    )
