@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -89,20 +89,21 @@ class GrammarCache:
         max_entries: int = 256,
         compile_timeout_s: float = 10.0,
         disable_any_whitespace: bool = False,
-        max_workers: int = 2,
+        max_stuck: int = 4,
     ) -> None:
         self._info_source = tokenizer_info
         self._compiler: Any = None
         self.max_entries = max_entries
         self.compile_timeout_s = compile_timeout_s
         self.disable_any_whitespace = disable_any_whitespace
+        self.max_stuck = max_stuck
         self._entries: OrderedDict[str, CompileResult] = OrderedDict()
         self._inflight: dict[str, Future[CompileResult]] = {}
         self._lock = threading.Lock()
-        # Timed-out compiles keep running (xgrammar cannot be interrupted); a small pool bounds
-        # how many such threads can pile up.
-        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grammar-compile")
-        self._timed_out: set[str] = set()
+        # Keys whose compile outlived the timeout and still runs (xgrammar cannot be
+        # interrupted). Each compile has its own daemon thread, so these never delay other
+        # compiles; at most ``max_stuck`` may run at once.
+        self._stuck: set[str] = set()
 
     @property
     def compiler(self) -> Any:
@@ -138,20 +139,49 @@ class GrammarCache:
             if hit is not None:
                 self._entries.move_to_end(key)
                 return CompileResult(hit.ok, 0.0, True, hit.error)
-            if key in self._timed_out:
+            if key in self._stuck:
                 raise self._too_slow()
             future = self._inflight.get(key)
             if future is None:
-                future = self._pool.submit(self._run, constraint)
+                if len(self._stuck) >= self.max_stuck:
+                    raise ConstraintError(
+                        f"The grammar compiler is busy with {len(self._stuck)} schemas that exceeded "
+                        f"{self.compile_timeout_s:g} s; retry later with a simpler schema.",
+                        None,
+                    )
+                future = Future()
                 self._inflight[key] = future
-                future.add_done_callback(lambda f, k=key: self._store(k, f))
+                threading.Thread(
+                    target=self._work, args=(key, constraint, future), name="grammar-compile", daemon=True
+                ).start()
         try:
-            result = future.result(timeout=self.compile_timeout_s)
+            return future.result(timeout=self.compile_timeout_s)
         except FutureTimeout:
             with self._lock:
-                self._timed_out.add(key)
-            raise self._too_slow() from None
-        return result
+                if key in self._inflight:
+                    self._stuck.add(key)
+                    raise self._too_slow() from None
+            return future.result()  # finished between the timeout and the lock
+
+    async def compile_async(self, constraint: Constraint) -> CompileResult:
+        """``compile`` off the event loop (it may block up to ``compile_timeout_s``)."""
+        import asyncio
+
+        return await asyncio.to_thread(self.compile, constraint)
+
+    def _work(self, key: str, constraint: Constraint, future: Future[CompileResult]) -> None:
+        try:
+            result = self._run(constraint)
+        except BaseException as exc:  # pragma: no cover - _run already catches compile errors
+            result = CompileResult(False, 0.0, False, f"{type(exc).__name__}: {exc}")
+        with self._lock:
+            self._inflight.pop(key, None)
+            self._stuck.discard(key)  # finished after all: its outcome is cached like any other
+            self._entries[key] = result
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+        future.set_result(result)
 
     def _too_slow(self) -> ConstraintError:
         return ConstraintError(
@@ -160,17 +190,7 @@ class GrammarCache:
             None,
         )
 
-    def _store(self, key: str, future: Future[CompileResult]) -> None:
-        with self._lock:
-            self._inflight.pop(key, None)
-            if future.cancelled() or future.exception() is not None:
-                return
-            self._timed_out.discard(key)
-            self._entries[key] = future.result()
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-
     def close(self) -> None:
-        """Stop the worker threads (does not wait for a running compile)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Forget cached outcomes (running compiles finish on their own daemon threads)."""
+        with self._lock:
+            self._entries.clear()

@@ -5,6 +5,7 @@ the GGUF once per session); no vLLM engine is started.
 """
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -181,13 +182,17 @@ def test_tool_names_are_json_escaped(accepts) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_reasoning_then_tool_call(fmt: str, accepts) -> None:
+@pytest.mark.parametrize("mode", ["auto", "required"])
+def test_reasoning_then_tool_call(fmt: str, mode: str, accepts) -> None:
     spec = ReasoningSpec(start="<think>", end="</think>", starts_open=False, required=False)
-    c = build(tools=TOOLS, tool_choice="required", tool_format=fmt, reasoning=spec)
+    c = build(tools=TOOLS, tool_choice=mode, tool_format=fmt, reasoning=spec)
+    # a call-shaped text with an unknown tool inside the think block is not constrained
     inside = "Maybe " + call_text(fmt, [("nope", "{}")]) + ' or {"name": 1}'
     assert accepts(c, f"<think>{inside}</think>\n\n" + call_text(fmt, [("get_weather", GOOD_ARGS)]))
     assert accepts(c, call_text(fmt, [("ping", "{}")])), "reasoning block is optional here"
-    assert not accepts(c, "<think>x</think>\n\nplain text")
+    assert not accepts(c, "<think>x</think>\n\n" + call_text(fmt, [("nope", "{}")]))
+    assert not accepts(c, "<think>x</think>" + call_text(fmt, [("ping", "{}")]) + " bye")
+    assert accepts(c, "<think>x</think>\n\nplain text") == (mode == "auto")
 
 
 def test_reasoning_then_json(accepts) -> None:
@@ -345,7 +350,7 @@ def test_cache_timeout(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         return real(compiler, constraint, **kw)
 
     monkeypatch.setattr(gc_mod, "compile_constraint", slow)
-    quick = GrammarCache(tokenizer_info_from_hf(tokenizer), compile_timeout_s=0.2)
+    quick = GrammarCache(tokenizer_info_from_hf(tokenizer), compile_timeout_s=0.2, max_stuck=1)
     try:
         slow_one = Constraint("regex", "[a-z]{1,40}@x")
         with pytest.raises(ConstraintError, match="too complex to compile within 0.2 s"):
@@ -353,18 +358,21 @@ def test_cache_timeout(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(ConstraintError, match="too complex"):
             quick.compile(slow_one)  # remembered, not resubmitted
         assert calls == ["regex"]
+        with pytest.raises(ConstraintError, match="busy with 1 schemas"):
+            quick.compile(Constraint("regex", "other"))  # the one stuck compile is the cap
         release.set()
         deadline = time.time() + 5
         while len(quick) == 0 and time.time() < deadline:
             time.sleep(0.01)
         assert quick.compile(slow_one).ok  # finished in the background: cached now
+        assert asyncio.run(quick.compile_async(slow_one)).cached
     finally:
         release.set()
         quick.close()
 
 
 def test_cache_concurrent_same_key_compiles_once(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    cache = GrammarCache(tokenizer_info_from_hf(tokenizer), max_workers=4)
+    cache = GrammarCache(tokenizer_info_from_hf(tokenizer))
     count = 0
     lock = threading.Lock()
     real = gc_mod.compile_constraint
