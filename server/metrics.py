@@ -26,6 +26,7 @@ __all__ = [
     "CLIENT_DISCONNECTS",
     "SO_VALIDATIONS",
     "METRIC_NAMES",
+    "init_labels",
 ]
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -75,3 +76,11 @@ METRIC_NAMES: tuple[str, ...] = (
     "gramserve_client_disconnects_total",
     "gramserve_structured_output_validations_total",
 )
+
+
+def init_labels(*, tool_parser: str | None) -> None:
+    """Create the bounded label sets up front so every series exists from the start."""
+    for outcome in ("valid", "invalid", "skipped_length"):
+        SO_VALIDATIONS.labels(outcome)
+    for outcome in ("valid", "invalid_arguments", "unknown_name", "unparsed"):
+        TOOL_CALLS.labels(tool_parser or "none", outcome)

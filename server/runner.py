@@ -134,6 +134,9 @@ async def _serve(settings: Settings) -> int:
     state = build_state(settings)
     if settings.precompile:
         precompile_file(state, Path(settings.precompile))
+    from .metrics import init_labels
+
+    init_labels(tool_parser=getattr(state.tool_parser, "name", None))
     state.ready = True
     app = create_app(state)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",

@@ -10,7 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
 from . import metrics
+from .schema_support import normalize_schema
 from .errors import bad_request
 from .state import ServerState
 
@@ -41,14 +45,29 @@ def schema_limits(state: ServerState, schema: Any, *, param: str) -> None:
 def _strict_check(schema: dict[str, Any], *, param: str) -> None:
     from .schema_support import analyze_schema
 
-    problems = analyze_schema(schema).strict_problems()
+    # vLLM compiles JSON Schemas with xgrammar's default strict_mode=True.
+    problems = analyze_schema(schema, strict_mode=True).strict_problems()
     if problems:
-        listed = "; ".join(getattr(p, "message", None) or f"{p.keyword} at {p.pointer or '/'}" for p in problems)
+        listed = "; ".join(problems)
         raise bad_request(
             "This schema cannot be enforced exactly under strict mode: " + listed
             + ". Remove these keywords, or set strict to false to have the output validated after generation.",
             param=param, code="unsupported_schema",
         )
+
+
+def _check_schema(state: ServerState, schema: Any, *, strict: bool, param: str) -> None:
+    schema_limits(state, schema, param=param)
+    if not isinstance(schema, dict):
+        raise bad_request("The schema must be a JSON object.", param=param, code="invalid_schema")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/" + "/".join(str(p) for p in exc.path) if exc.path else "/"
+        raise bad_request(f"Invalid JSON Schema at {where}: {exc.message}", param=param,
+                          code="invalid_schema") from exc
+    if strict:
+        _strict_check(schema, param=param)
 
 
 def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] | None) -> tuple[Any, dict | None, bool]:
@@ -62,26 +81,27 @@ def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] |
     if rf and rf.get("type") == "json_schema":
         schema = rf["json_schema"]["schema"]
         strict = bool(rf["json_schema"].get("strict"))
-        schema_limits(state, schema, param="response_format.json_schema.schema")
-        if strict:
-            _strict_check(schema, param="response_format.json_schema.schema")
+        _check_schema(state, schema, strict=strict, param="response_format.json_schema.schema")
+        rf["json_schema"]["schema"] = normalize_schema(schema)
     if so and isinstance(so.get("json"), (dict, str)):
         so_schema = so["json"] if isinstance(so["json"], dict) else _loads(so["json"])
-        schema_limits(state, so_schema, param="structured_outputs.json")
-        _strict_check(so_schema, param="structured_outputs.json")
+        _check_schema(state, so_schema, strict=True, param="structured_outputs.json")
+        so["json"] = normalize_schema(so_schema)
         schema, strict = so_schema, True
     for t in tools or []:
         params = t["function"].get("parameters")
         if params:
             schema_limits(state, params, param=f"tools.{t['function']['name']}.parameters")
-    tool_choice = req.tool_choice.model_dump() if hasattr(req.tool_choice, "model_dump") else req.tool_choice
+    tool_choice = getattr(req, "tool_choice", None)
+    if hasattr(tool_choice, "model_dump"):
+        tool_choice = tool_choice.model_dump()
     try:
         constraint = constraint_from_request(
             response_format=rf,
             structured_outputs=so,
             tools=tools,
             tool_choice=tool_choice if tools else None,
-            parallel_tool_calls=req.parallel_tool_calls if hasattr(req, "parallel_tool_calls") else True,
+            parallel_tool_calls=getattr(req, "parallel_tool_calls", True),
             tool_format=getattr(state.tool_parser, "name", None) if tools else None,
             tool_constraints=state.settings.tool_constraints,
         )

@@ -65,7 +65,8 @@ class VllmEngine:
             max_num_seqs=options.max_num_seqs,
             max_logprobs=options.max_logprobs,
             trust_remote_code=options.trust_remote_code,
-            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
+            # Compact JSON: no free whitespace for a small model to loop in.
+            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
             generation_config="vllm",  # our defaults, not the model's sampling overrides
             enable_log_requests=False,
         )
