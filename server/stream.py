@@ -255,6 +255,13 @@ class MessageStream:
             errors=list(self._parse_errors) + self._stream_errors,
         )
 
+    def _new_id(self) -> str:
+        for _ in range(100):
+            new = self._id_factory()
+            if new not in self._ids:
+                return new
+        raise RuntimeError("the tool-call id factory keeps returning ids already used")
+
     def _advance(self, *, final: bool) -> MessageDelta | None:
         if self._frozen and not final:
             return None
@@ -294,5 +301,5 @@ class MessageStream:
             kept.append(call)
         self._dropped = tuple(dropped)
         while len(self._ids) < len(kept):
-            self._ids.append(self._id_factory())
+            self._ids.append(self._new_id())
         return Parsed(reasoning, result.content, tuple(kept), tuple(self._ids[: len(kept)]))

@@ -58,18 +58,22 @@ class Llama3JsonToolParser(ToolParser):
 
         calls: list[ToolCallPart] = []
         errors: list[str] = []
+
+        def rest(p: int) -> str:  # content from the object at p on (all of it if first)
+            return text[p:] if calls else plain
+
         while True:
             try:
                 obj = scan_call_object(text, p)
             except JsonError as exc:
                 errors.append(f"{self.name}: malformed tool call at offset {p} ({exc}); kept as content")
-                return ParsedTools(text[p:], tuple(calls), tuple(errors))
+                return ParsedTools(rest(p), tuple(calls), tuple(errors))
             if not _may_be_call(obj):
-                return ParsedTools(text[p:] if calls else plain, tuple(calls), tuple(errors))
+                return ParsedTools(rest(p), tuple(calls), tuple(errors))
             if obj.end is None:
                 if final:
                     errors.append(f"{self.name}: the text ends inside a tool call at offset {p}; kept as content")
-                    return ParsedTools(text[p:], tuple(calls), tuple(errors))
+                    return ParsedTools(rest(p), tuple(calls), tuple(errors))
                 name = obj.name if obj.has_arguments else None
                 calls.append(ToolCallPart(name, obj.arguments, False))
                 return ParsedTools("", tuple(calls), tuple(errors))

@@ -158,6 +158,8 @@ def run_stream(make: StreamFactory, chunks: Sequence[str], *, markers: Iterable[
         rebuilt.apply(stream.feed(piece))
     rebuilt.apply(stream.finish())
     final = stream.final_message()
+    for error in final.errors:  # only a streamed *call* may break; text never retracts
+        assert "content would" not in error and "reasoning would" not in error, error
     got = rebuilt.out
     assert got.reasoning == (final.reasoning or ""), (got.reasoning, final.reasoning)
     assert got.content == (final.content or ""), (got.content, final.content)

@@ -163,6 +163,10 @@ OWN: list[tuple[str, str, dict[str, Any]]] = [
      {"calls": [], "content": '{"city": "Paris", "temp": 21}'}),
     ("llama3_text_answer", "llama3_json", "The weather is {sunny}.",
      {"calls": [], "content": "The weather is {sunny}."}),
+    # found by the random test in test_stream.py: the first object's content must keep the
+    # leading whitespace whichever way it turns out not to be a call
+    ("llama3_leading_ws_not_call_then_invalid", "llama3_json", '\n{"f{"a": 1}',
+     {"calls": [], "content": '\n{"f{"a": 1}', "errors": 1}),
     ("llama3_empty_params", "llama3_json", '{"name": "now", "parameters": {}}',
      {"calls": [("now", "{}")], "content": ""}),
     ("llama3_cut_off", "llama3_json", '{"name": "f", "parameters": {"a": [1, 2',
