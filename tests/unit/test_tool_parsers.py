@@ -113,11 +113,9 @@ def test_case(case: dict[str, Any]) -> None:
 
 def test_no_silent_skips() -> None:
     """Every cases.json family is either mapped here or owned by the reasoning tests."""
-    import json as _json
-
     from tests.unit.parser_contract import TESTDATA
 
-    families = {c["parser"] for c in _json.loads((TESTDATA / "parsers" / "cases.json").read_text())["cases"]}
+    families = {c["parser"] for c in json.loads((TESTDATA / "parsers" / "cases.json").read_text())["cases"]}
     tool_families = {f for f in families if not f.startswith(("reasoning_", "sglang_reasoning_"))}
     assert tool_families <= set(FAMILY), tool_families - set(FAMILY)
     assert len(CASES) >= 25
