@@ -5,8 +5,8 @@ Fail closed: anything that cannot be enforced exactly as asked raises ``Constrai
 generation. Every schema, regex and grammar is checked here with the same xgrammar calls that
 vLLM's ``validate_xgrammar_grammar`` makes, so what we return is what vLLM accepts.
 
-Tool calls are enforced with an xgrammar 0.2 structural tag built from a small per-format table
-(``TOOL_FORMATS``): the tool name is a constant string and the arguments follow the tool's
+Tool calls are enforced with an xgrammar 0.2 structural tag built from the parser's format data
+(``tool_parsers.base.CallFormat``, one per parser): the tool name is a constant string and the arguments follow the tool's
 ``parameters`` schema. After the last call only end-of-turn is allowed.
 
 Decisions:
@@ -30,14 +30,15 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # pragma: no cover
     from vllm.sampling_params import StructuredOutputsParams
 
+    from tool_parsers.base import CallFormat
+
 __all__ = [
     "Constraint",
     "ConstraintError",
     "ReasoningSpec",
-    "ToolFormat",
-    "TOOL_FORMATS",
     "constraint_from_request",
     "tool_call_format",
+    "vllm_json_refusal",
 ]
 
 ConstraintKind = Literal["json", "json_object", "regex", "choice", "grammar", "structural_tag"]
@@ -109,44 +110,29 @@ class Constraint:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tool-call formats: data only. Text of N calls =
-#   section_begin + call(1) + (separator + call(i))* + section_end,  call = call_begin + ARGS + call_end
-# ``trigger`` (a prefix of section_begin + call_begin) starts the calls in tool_choice=auto.
+# Tool-call formats are data owned by the parsers (``tool_parsers.base.CallFormat``): the text
+# of N calls is section_begin + call(1) + (separator + call(i))* + section_end with
+# call = call_begin + NAME + name_end + ARGS + call_end; ``trigger`` (a prefix of
+# section_begin + call_begin) starts the calls under tool_choice "auto".
 
 
-@dataclass(frozen=True)
-class ToolFormat:
-    trigger: str
-    section_begin: str
-    call_begin: str  # "{name}" is replaced by the tool name
-    call_end: str
-    separator: str
-    section_end: str
-    name_in_json_string: bool = True  # escape the name as a JSON string body
+def _tool_formats() -> dict[str, CallFormat]:
+    from tool_parsers import TOOL_PARSERS, get_tool_parser
+
+    return {name: get_tool_parser(name).format for name in TOOL_PARSERS}
 
 
-TOOL_FORMATS: dict[str, ToolFormat] = {
-    "hermes": ToolFormat(
-        trigger="<tool_call>", section_begin="",
-        call_begin='<tool_call>\n{"name": "{name}", "arguments": ', call_end="}\n</tool_call>",
-        separator="\n", section_end="",
-    ),
-    "llama3_json": ToolFormat(
-        trigger='{"name": ', section_begin="",
-        call_begin='{"name": "{name}", "parameters": ', call_end="}",
-        separator="; ", section_end="",
-    ),
-    "mistral": ToolFormat(  # pre-v11 tokenizers: [TOOL_CALLS] [{...}, {...}]
-        trigger="[TOOL_CALLS]", section_begin="[TOOL_CALLS] [",
-        call_begin='{"name": "{name}", "arguments": ', call_end="}",
-        separator=", ", section_end="]",
-    ),
-    "mistral_v11": ToolFormat(  # v11+ tokenizers: [TOOL_CALLS]name{...}[TOOL_CALLS]name{...}
-        trigger="[TOOL_CALLS]", section_begin="",
-        call_begin="[TOOL_CALLS]{name}", call_end="",
-        separator="", section_end="", name_in_json_string=False,
-    ),
-}
+def _resolve_format(tool_format: str | CallFormat | None) -> CallFormat:
+    if tool_format is not None and not isinstance(tool_format, str):
+        return tool_format  # a CallFormat given directly
+    formats = _tool_formats()
+    if tool_format not in formats:
+        raise ConstraintError(
+            f"Tool calls cannot be constrained: the tool-call format {tool_format!r} is not one of "
+            f"{', '.join(sorted(formats))}.",
+            "tools",
+        )
+    return formats[tool_format]
 
 
 def _const(value: str) -> dict[str, Any]:
@@ -166,24 +152,40 @@ def _json_format(schema: Any) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def _call_begin(fmt: ToolFormat, name: str) -> str:
-    shown = json.dumps(name, ensure_ascii=False)[1:-1] if fmt.name_in_json_string else name
-    return fmt.call_begin.replace("{name}", shown)
+def _call_begin(fmt: CallFormat, name: str) -> str:
+    """Everything before the arguments; the name is JSON-escaped when it sits in a JSON string."""
+    in_json_string = fmt.call_begin.endswith('"')
+    shown = json.dumps(name, ensure_ascii=False)[1:-1] if in_json_string else name
+    return fmt.call_begin + shown + fmt.name_end
+
+
+def _calls_only_at_start(fmt: CallFormat) -> bool:
+    """Formats whose parser finds calls only at the start of the output (no marker to find
+    them later). ``CallFormat.calls_only_at_start`` when the parser says so; else: the
+    trigger is bare JSON."""
+    flag = getattr(fmt, "calls_only_at_start", None)
+    return bool(flag) if flag is not None else fmt.trigger.lstrip().startswith("{")
 
 
 def tool_call_format(
-    fmt: ToolFormat, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool
+    fmt: CallFormat, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool
 ) -> dict[str, Any]:
     """The structural-tag ``format`` for calls of ``tools`` ((name, arguments schema) pairs).
 
-    auto: free text, then (once the trigger appears) one or more calls, then nothing.
+    auto: free text, then (once the trigger appears) one or more calls, then nothing; for
+    formats read only at the start: the calls, or free text without the trigger.
     required: one or more calls and nothing else. ``parallel`` False: exactly one call at most.
     """
     calls = [(_call_begin(fmt, n), _json_format(s)) for n, s in tools]
     any_call = _one_of([_seq(_const(b), j, _const(fmt.call_end)) for b, j in calls])
+    more = {"type": "star", "content": _seq(_const(fmt.separator), any_call)} if parallel else None
+    block = _seq(_const(fmt.section_begin), any_call, more, _const(fmt.section_end))
     if mode == "required":
-        more = {"type": "star", "content": _seq(_const(fmt.separator), any_call)} if parallel else None
-        return _seq(_const(fmt.section_begin), any_call, more, _const(fmt.section_end))
+        return block
+    if _calls_only_at_start(fmt):
+        # The parser reads calls only at the very start (llama3_json): either the calls, or
+        # free text that never contains the trigger (which could otherwise look like a call).
+        return {"type": "or", "elements": [block, {"type": "any_text", "excludes": [fmt.trigger]}]}
     # auto: each triggered tag starts with a full first call; its content carries the
     # following calls so that the section closes exactly once and nothing may follow.
     tail = fmt.call_end + fmt.section_end
@@ -556,7 +558,7 @@ def constraint_from_request(
     tools: list[dict[str, Any]] | None,
     tool_choice: str | dict[str, Any] | None,
     parallel_tool_calls: bool,
-    tool_format: str | None,
+    tool_format: str | CallFormat | None,
     reasoning: ReasoningSpec | None = None,
     tool_constraints: bool = True,
 ) -> Constraint | None:
@@ -589,13 +591,7 @@ def constraint_from_request(
         )
     if mode == "auto" and not tool_constraints:
         return None
-    if tool_format is None or tool_format not in TOOL_FORMATS:
-        raise ConstraintError(
-            f"Tool calls cannot be constrained: the tool-call format {tool_format!r} is not one of "
-            f"{', '.join(sorted(TOOL_FORMATS))}.",
-            "tools",
-        )
-    fmt_spec = TOOL_FORMATS[tool_format]
+    fmt_spec = _resolve_format(tool_format)
     if mode == "named":
         calls = tool_call_format(fmt_spec, [e for e in entries if e[0] == named], mode="required", parallel=False)
         return _finish(calls, reasoning, None)

@@ -18,7 +18,6 @@ import pytest
 
 from server import grammar_cache as gc_mod
 from server.constraints import (
-    TOOL_FORMATS,
     Constraint,
     ConstraintError,
     ReasoningSpec,
@@ -26,6 +25,7 @@ from server.constraints import (
     vllm_json_refusal,
 )
 from server.grammar_cache import CompileResult, GrammarCache, compile_constraint, tokenizer_info_from_hf
+from tool_parsers import TOOL_PARSERS, get_tool_parser
 
 xgr = pytest.importorskip("xgrammar")
 
@@ -105,10 +105,13 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
         return "[TOOL_CALLS] [" + ", ".join(f'{{"name": "{n}", "arguments": {a}}}' for n, a in calls) + "]"
     if fmt == "mistral_v11":
         return "".join(f"[TOOL_CALLS]{n}{a}" for n, a in calls)
+    if fmt == "mistral_v13":
+        return "".join(f"[TOOL_CALLS]{n}[ARGS]{a}" for n, a in calls)
     raise AssertionError(fmt)
 
 
-FORMATS = sorted(TOOL_FORMATS)
+FORMATS = sorted(TOOL_PARSERS)
+CALLS_AT_START_ONLY = {"llama3_json"}
 NAMED_PING = {"type": "function", "function": {"name": "ping"}}
 
 
@@ -134,7 +137,10 @@ def test_free_text_before_call_only_in_auto(fmt: str, accepts) -> None:
     auto = build(tools=TOOLS, tool_choice="auto", tool_format=fmt)
     required = build(tools=TOOLS, tool_choice="required", tool_format=fmt)
     text = "Let me check. " + call_text(fmt, [("get_weather", GOOD_ARGS)])
-    assert accepts(auto, text)
+    # llama3_json calls are read only at the start of the output (the parser's rule), so the
+    # grammar refuses call-looking text after prose there.
+    assert accepts(auto, text) == (fmt not in CALLS_AT_START_ONLY)
+    assert accepts(auto, call_text(fmt, [("get_weather", GOOD_ARGS)]))
     assert accepts(auto, "The weather is nice, no tool needed.")
     assert not accepts(required, text)
     assert not accepts(required, "The weather is nice, no tool needed.")
@@ -161,6 +167,23 @@ def test_named_tool_choice(fmt: str, accepts) -> None:
     assert not accepts(c, call_text(fmt, [("get_weather", GOOD_ARGS)]))
     assert not accepts(c, "sure " + call_text(fmt, [("ping", "{}")]))
     assert not accepts(c, call_text(fmt, [("ping", "{}"), ("ping", "{}")]))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_what_the_grammar_accepts_the_parser_reads(fmt: str, accepts) -> None:
+    """The constraint and the parser agree: accepted text parses back to the same calls."""
+    parser = get_tool_parser(fmt)
+    c = build(tools=TOOLS, tool_choice="auto", tool_format=parser.format)  # CallFormat given directly
+    calls = [("get_weather", GOOD_ARGS), ("ping", "{}")]
+    prose = "" if fmt in CALLS_AT_START_ONLY else "Checking. "
+    text = prose + call_text(fmt, calls)
+    assert accepts(c, text)
+    parsed = parser.parse(text, final=True)
+    assert [(p.name, json.loads(p.arguments)) for p in parsed.tool_calls] == [(n, json.loads(a)) for n, a in calls]
+    assert parsed.content.strip() == prose.strip()
+    if fmt in CALLS_AT_START_ONLY:  # prose may not contain the trigger, so no unparsed "call"
+        assert not accepts(c, "Checking. " + call_text(fmt, calls))
+        assert accepts(c, 'Checking. {"name":"x"} is JSON')
 
 
 def test_tool_choice_none_and_tool_constraints_off() -> None:
