@@ -99,11 +99,23 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     )
 
 
-def _new_stream(state: ServerState, p: PreparedChat) -> MessageStream:
+def thinking_enabled(req: ChatCompletionRequest) -> bool:
+    """False when the request turned thinking off (``enable_thinking`` or ``reasoning_effort``)."""
+    kwargs = req.chat_template_kwargs or {}
+    return kwargs.get("enable_thinking", True) is not False and req.reasoning_effort != "none"
+
+
+def _new_stream(state: ServerState, p: PreparedChat, *, streaming: bool) -> MessageStream:
+    reasoning = state.reasoning_parser
+    if reasoning is not None and not thinking_enabled(p.request):
+        from reasoning_parsers import get_reasoning_parser
+
+        reasoning = get_reasoning_parser(reasoning.name, thinking=False)
     return MessageStream(
         tool_parser=state.tool_parser if p.tool_names else None,
-        reasoning_parser=state.reasoning_parser,
+        reasoning_parser=reasoning,
         tool_names=p.tool_names,
+        streaming=streaming,
     )
 
 
@@ -133,9 +145,9 @@ def _logprobs_json(chunks: list[Any]) -> dict[str, Any]:
 class _Choice:
     """Per-choice accumulation shared by the streamed and non-streamed paths."""
 
-    def __init__(self, state: ServerState, p: PreparedChat, index: int) -> None:
+    def __init__(self, state: ServerState, p: PreparedChat, index: int, *, streaming: bool) -> None:
         self.index = index
-        self.stream = _new_stream(state, p)
+        self.stream = _new_stream(state, p, streaming=streaming)
         self.tokens = 0
         self.finish: str | None = None
         self.logprobs: list[Any] = []
@@ -177,7 +189,7 @@ async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncIterator[
 
 async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, Any], dict[str, str]]:
     """Non-streamed completion. Returns the body and extra response headers."""
-    choices = [_Choice(state, p, i) for i in range(p.request.n)]
+    choices = [_Choice(state, p, i, streaming=False) for i in range(p.request.n)]
     timer = GenerationTimer()
     prompt_tokens = len(p.prompt_ids)
     for_abort = True
@@ -232,29 +244,33 @@ def _reasoning_tokens(state: ServerState, choices: list[_Choice]) -> int | None:
     return total
 
 
-def _delta_json(delta: Any, tool_ids: dict[int, str], state: ServerState) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _delta_bodies(delta: Any, state: ServerState) -> list[dict[str, Any]]:
+    """One delta body for text, then one per tool-call entry (header alone, as OpenAI does)."""
+    if delta is None:
+        return []
+    bodies: list[dict[str, Any]] = []
+    text: dict[str, Any] = {}
     if delta.reasoning:
-        out.update(_reasoning_fields(state, delta.reasoning))
+        text.update(_reasoning_fields(state, delta.reasoning))
     if delta.content:
-        out["content"] = delta.content
-    if delta.tool_calls:
-        calls = []
-        for tc in delta.tool_calls:
-            if tc.name is not None:
-                calls.append({"index": tc.index, "id": tc.id, "type": "function",
-                              "function": {"name": tc.name, "arguments": tc.arguments}})
-            else:
-                calls.append({"index": tc.index, "function": {"arguments": tc.arguments}})
-        out["tool_calls"] = calls
-    return out
+        text["content"] = delta.content
+    if text:
+        bodies.append(text)
+    for tc in delta.tool_calls:
+        if tc.name is not None:
+            call = {"index": tc.index, "id": tc.id, "type": "function",
+                    "function": {"name": tc.name, "arguments": tc.arguments}}
+        else:
+            call = {"index": tc.index, "function": {"arguments": tc.arguments}}
+        bodies.append({"tool_calls": [call]})
+    return bodies
 
 
 async def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[bytes]:
     """SSE stream, framed like OpenAI's: role first, one id, finish chunk, usage, [DONE]."""
     req = p.request
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    choices = [_Choice(state, p, i) for i in range(req.n)]
+    choices = [_Choice(state, p, i, streaming=True) for i in range(req.n)]
     model = state.engine.model_name
     timer = GenerationTimer()
     finished = False
@@ -271,16 +287,15 @@ async def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[byte
                 timer.on_chunk(c)
                 ch = choices[c.index]
                 ch.tokens += c.num_tokens
-                delta = ch.stream.feed(c.text)
+                bodies = _delta_bodies(ch.stream.feed(c.text), state)
                 if c.finish_reason:
                     ch.finish = c.finish_reason
-                    tail = ch.stream.finish()
-                    delta = _merge(delta, tail)
-                body = _delta_json(delta, {}, state) if delta else {}
-                if body or (c.logprobs and req.logprobs):
-                    yield frame([{"index": ch.index, "delta": body,
-                                  "logprobs": _logprobs_json(list(c.logprobs)) if req.logprobs else None,
-                                  "finish_reason": None}])
+                    bodies += _delta_bodies(ch.stream.finish(), state)
+                if req.logprobs and c.logprobs and not bodies:
+                    bodies = [{}]
+                for k, body in enumerate(bodies):
+                    lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == 0) else None
+                    yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
                 if c.finish_reason:
                     final = ch.stream.final_message()
                     ToolCallChecker(parser=getattr(state.tool_parser, "name", "none")).check(final, p.tool_schemas)
@@ -303,27 +318,3 @@ async def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[byte
         if not finished:
             metrics.CLIENT_DISCONNECTS.inc()
             await state.engine.abort(p.id)
-
-
-def _merge(a: Any, b: Any) -> Any:
-    """Concatenate two successive MessageDeltas (the last feed and the final flush)."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    from .stream import MessageDelta, ToolCallDelta
-
-    calls: list[Any] = []
-    for tc in tuple(a.tool_calls) + tuple(b.tool_calls):
-        if calls and calls[-1].index == tc.index:  # same call: arguments only grow
-            prev = calls[-1]
-            calls[-1] = ToolCallDelta(index=prev.index, id=prev.id, name=prev.name,
-                                      arguments=prev.arguments + tc.arguments)
-        else:
-            calls.append(tc)
-    return MessageDelta(
-        reasoning=((a.reasoning or "") + (b.reasoning or "")) or None,
-        content=((a.content or "") + (b.content or "")) or None,
-        tool_calls=tuple(calls),
-    )
-

@@ -29,6 +29,7 @@ class Settings:
     tool_call_parser: str | None = "auto"
     reasoning_parser: str | None = None
     reasoning_field: str = "reasoning_content"  # reasoning_content | reasoning | both
+    reasoning_required: bool = False
     tool_constraints: bool = True
     max_model_len: int | None = None
     dtype: str = "auto"
@@ -90,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--chat-template", help="Jinja file or built-in name (hermes, llama3_json, mistral)")
     add("--tool-call-parser", default="auto", help="hermes | llama3_json | mistral | auto | none")
     add("--reasoning-parser", help="deepseek_r1 | qwen3 (default: none)")
+    add("--reasoning-required", action="store_true",
+        help="with --reasoning-parser: the grammar makes the model write the think block before any answer")
     add("--reasoning-field", default="reasoning_content", choices=["reasoning_content", "reasoning", "both"])
     add("--no-tool-constraints", action="store_true", help="do not enforce tool calls by grammar under tool_choice=auto")
     add("--max-model-len", type=int)
@@ -145,6 +148,7 @@ def settings_from_args(argv: list[str] | None = None) -> Settings:
         tool_call_parser=parser,
         reasoning_parser=ns.reasoning_parser,
         reasoning_field=ns.reasoning_field,
+        reasoning_required=ns.reasoning_required,
         tool_constraints=not ns.no_tool_constraints,
         max_model_len=ns.max_model_len,
         dtype=ns.dtype,

@@ -38,7 +38,7 @@ def precompile_items(state: ServerState, items: list[dict[str, Any]]) -> list[st
         try:
             c = constraint_from_request(
                 **parts,
-                tool_format=getattr(state.tool_parser, "name", None) if parts["tools"] else None,
+                tool_format=getattr(state.tool_parser, "format", None) if parts["tools"] else None,
                 tool_constraints=state.settings.tool_constraints,
             )
             if c is not None:

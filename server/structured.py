@@ -70,6 +70,20 @@ def _check_schema(state: ServerState, schema: Any, *, strict: bool, param: str) 
         _strict_check(schema, param=param)
 
 
+def reasoning_spec(state: ServerState, req: Any) -> Any:
+    """The think block the grammar must let through before the constrained answer, if any."""
+    from .constraints import ReasoningSpec
+
+    parser = state.reasoning_parser
+    if parser is None:
+        return None
+    kwargs = getattr(req, "chat_template_kwargs", None) or {}
+    if kwargs.get("enable_thinking", True) is False or getattr(req, "reasoning_effort", None) == "none":
+        return None
+    return ReasoningSpec(start=parser.start, end=parser.end, starts_open=parser.starts_open,
+                         required=state.settings.reasoning_required)
+
+
 def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] | None) -> tuple[Any, dict | None, bool]:
     """Returns (constraint or None, schema to validate afterwards or None, strict)."""
     from .constraints import ConstraintError, constraint_from_request
@@ -102,7 +116,8 @@ def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] |
             tools=tools,
             tool_choice=tool_choice if tools else None,
             parallel_tool_calls=getattr(req, "parallel_tool_calls", True),
-            tool_format=getattr(state.tool_parser, "name", None) if tools else None,
+            tool_format=getattr(state.tool_parser, "format", None) if tools else None,
+            reasoning=reasoning_spec(state, req),
             tool_constraints=state.settings.tool_constraints,
         )
         if constraint is not None and state.grammar_cache is not None:
