@@ -5,9 +5,9 @@ Fail closed: anything that cannot be enforced exactly as asked raises ``Constrai
 generation. Every schema, regex and grammar is checked here with the same xgrammar calls that
 vLLM's ``validate_xgrammar_grammar`` makes, so what we return is what vLLM accepts.
 
-Tool calls are enforced with an xgrammar 0.2 structural tag built from the parser's format data
-(``tool_parsers.base.CallFormat``, one per parser): the tool name is a constant string and the arguments follow the tool's
-``parameters`` schema. After the last call only end-of-turn is allowed.
+Tool calls are enforced with an xgrammar 0.2 structural tag built from the parser's format
+data (``tool_parsers.base.CallFormat``): the tool name is a constant string and the arguments
+follow the tool's ``parameters`` schema. After the last call only end-of-turn is allowed.
 
 Decisions:
 * ``response_format`` json (or ``structured_outputs``) together with ``tool_choice`` "required" or
@@ -47,6 +47,9 @@ ConstraintKind = Literal["json", "json_object", "regex", "choice", "grammar", "s
 MAX_JSON_NESTING = 64
 STRUCTURAL_TAG_WRAPPER_NESTING = 16
 
+# JSON inside structural tags: at most this many whitespace characters in a row (no endless
+# whitespace from small models; vLLM's disable_any_whitespace does not reach structural tags).
+JSON_MAX_WHITESPACE = 16
 # Whitespace a model typically writes between ``</think>`` and the constrained answer.
 _AFTER_REASONING_WS = r"[ \t\r\n]{0,8}"
 _VLLM_OPTION_KEYS = frozenset({"disable_any_whitespace", "disable_additional_properties", "whitespace_pattern"})
@@ -126,6 +129,12 @@ def _resolve_format(tool_format: str | CallFormat | None) -> CallFormat:
     if tool_format is not None and not isinstance(tool_format, str):
         return tool_format  # a CallFormat given directly
     formats = _tool_formats()
+    if tool_format is None:
+        raise ConstraintError(
+            "Tool calls cannot be constrained: no tool-call format is known for this model "
+            f"(the server needs a tool-call parser: one of {', '.join(sorted(formats))}).",
+            "tools",
+        )
     if tool_format not in formats:
         raise ConstraintError(
             f"Tool calls cannot be constrained: the tool-call format {tool_format!r} is not one of "
@@ -149,7 +158,7 @@ def _one_of(elements: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _json_format(schema: Any) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": schema}
+    return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": JSON_MAX_WHITESPACE}
 
 
 def _call_begin(fmt: CallFormat, name: str) -> str:

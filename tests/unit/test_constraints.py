@@ -195,6 +195,13 @@ def test_tool_choice_none_and_tool_constraints_off() -> None:
     assert c is not None and c.kind == "structural_tag"
 
 
+def test_whitespace_runs_are_bounded_in_tool_arguments(accepts) -> None:
+    c = build(tools=TOOLS, tool_choice="required", tool_format="hermes")
+    pretty = '{\n    "city": "Paris",\n    "unit": "c"\n}'
+    assert accepts(c, call_text("hermes", [("get_weather", pretty)]))
+    assert not accepts(c, call_text("hermes", [("get_weather", "{" + " " * 40 + '"city": "Paris", "unit": "c"}')]))
+
+
 def test_tool_names_are_json_escaped(accepts) -> None:
     tools = [{"type": "function", "function": {"name": 'we"ird', "parameters": {"type": "object"}}}]
     c = build(tools=tools, tool_choice="required", tool_format="hermes")
@@ -311,7 +318,8 @@ ERROR_CASES = [
     (dict(tools=TOOLS, tool_choice="sometimes", tool_format="hermes"), "tool_choice", "'sometimes' is not supported"),
     (dict(tools=TOOLS, tool_choice="required", tool_format="hermes", response_format={"type": "json_object"}),
      "tool_choice", "forces a tool call"),
-    (dict(tools=TOOLS, tool_choice="auto", tool_format=None), "tools", "format None is not one of"),
+    (dict(tools=TOOLS, tool_choice="auto", tool_format=None), "tools", "no tool-call format is known"),
+    (dict(tools=TOOLS, tool_choice="auto", tool_format="xml"), "tools", "format 'xml' is not one of"),
     (dict(tools=TOOLS + TOOLS[:1], tool_choice="auto", tool_format="hermes"), "tools[2].function.name", "used twice"),
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
           tool_choice="auto", tool_format="hermes"), "tools[0].function.parameters", "must describe an object"),
