@@ -430,6 +430,8 @@ def _from_response_format(rf: dict[str, Any]) -> _Response | None:
 
 
 def _json_response(schema: Any) -> _Response:
+    if schema is True:  # "any JSON value", in the dict form every consumer understands
+        schema = {}
     plain = None if vllm_json_refusal(schema) else Constraint("json", schema)
     return _Response(_json_format(schema), plain)
 

@@ -453,6 +453,7 @@ def test_vllm_accepts_what_we_produce() -> None:
     produced = [
         build(response_format=rf),
         build(response_format={"type": "json_object"}),
+        build(response_format={"type": "json_schema", "json_schema": {"name": "any", "schema": True}}),
         build(structured_outputs={"regex": r"\d+"}),
         build(structured_outputs={"choice": ["a", "b"]}),
         build(structured_outputs={"grammar": 'root ::= "x"'}),
