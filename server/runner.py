@@ -84,7 +84,8 @@ def build_state(settings: Settings) -> ServerState:
         parser_name = detect_tool_parser(renderer.template_source)
     tool_parser = get_tool_parser(parser_name) if parser_name else None
     reasoning = get_reasoning_parser(settings.reasoning_parser) if settings.reasoning_parser else None
-    cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer), max_entries=settings.grammar_cache_size,
+    vocab = engine.vllm.model_config.get_vocab_size()
+    cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer, vocab_size=vocab), max_entries=settings.grammar_cache_size,
                          compile_timeout_s=settings.grammar_compile_timeout,
                          disable_any_whitespace=True)  # as the engine compiles (compact JSON)
     return ServerState(settings=settings, engine=engine, renderer=renderer, grammar_cache=cache,
