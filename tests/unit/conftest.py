@@ -78,16 +78,19 @@ AppFactory = Callable[..., Built]
 
 @pytest.fixture
 def make_app(grammar_cache: Any, hermes_renderer: Any) -> AppFactory:
-    """make_app(script=..., settings=Settings(...), delay=..., max_model_len=..., tool_parser="hermes")."""
+    """make_app(script=..., settings=Settings(...), delay=..., max_model_len=..., tool_parser="hermes",
+    reasoning_parser=None)."""
     from server import metrics
     from server.app import create_app
     from server.config import Settings
     from server.engine.fake import FakeEngine
     from server.state import ServerState
+    from reasoning_parsers import get_reasoning_parser
     from tool_parsers import get_tool_parser
 
     def build(*, script: Callable[..., list[str]] | None = None, settings: Settings | None = None,
-              tool_parser: str | None = "hermes", with_cache: bool = True, **engine_kwargs: Any) -> Built:
+              tool_parser: str | None = "hermes", reasoning_parser: str | None = None, with_cache: bool = True,
+              **engine_kwargs: Any) -> Built:
         engine = FakeEngine(**engine_kwargs) if script is None else FakeEngine(script=script, **engine_kwargs)
         state = ServerState(
             settings=settings or Settings(),
@@ -95,6 +98,7 @@ def make_app(grammar_cache: Any, hermes_renderer: Any) -> AppFactory:
             renderer=hermes_renderer,
             grammar_cache=grammar_cache if with_cache else None,
             tool_parser=get_tool_parser(tool_parser) if tool_parser else None,
+            reasoning_parser=get_reasoning_parser(reasoning_parser) if reasoning_parser else None,
         )
         metrics.init_labels(tool_parser=tool_parser)
         state.ready = True

@@ -339,6 +339,44 @@ def test_content_then_tool_call(make_app):
     assert r.content[0].strip() == "Let me check." and r.finish_reason == {0: "tool_calls"}
 
 
+# --------------------------------------------------------------------------- reasoning
+
+
+THINK_SCRIPT = ["<think>", "hm", "m</think>", "Answer"]
+
+
+def test_reasoning_split_non_stream(make_app):
+    b = make_app(script=_script(THINK_SCRIPT), reasoning_parser="qwen3")
+    body = _chat(b.client(), max_tokens=100).json()
+    msg = body["choices"][0]["message"]
+    assert msg["reasoning_content"] == "hmm" and msg["content"] == "Answer"
+    assert body["usage"]["completion_tokens"] == len("".join(THINK_SCRIPT))
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}
+
+
+def test_reasoning_split_stream(make_app):
+    b = make_app(script=_script(THINK_SCRIPT), reasoning_parser="qwen3")
+    raw = _stream_raw(b.client(), max_tokens=100, stream_options={"include_usage": True})
+    r = validate_sse(raw, expect_usage=True, n=1)
+    assert r.reasoning == {0: "hmm"} and r.content == {0: "Answer"}
+    assert r.usage["completion_tokens_details"] == {"reasoning_tokens": 3}
+
+
+def test_reasoning_field_both(make_app):
+    b = make_app(script=_script(THINK_SCRIPT), reasoning_parser="qwen3",
+                 settings=Settings(reasoning_field="both"))
+    msg = _chat(b.client(), max_tokens=100).json()["choices"][0]["message"]
+    assert msg["reasoning_content"] == msg["reasoning"] == "hmm"
+
+
+def test_no_reasoning_parser_keeps_think_text(make_app):
+    b = make_app(script=_script(THINK_SCRIPT))
+    body = _chat(b.client(), max_tokens=100).json()
+    assert body["choices"][0]["message"]["content"] == "".join(THINK_SCRIPT)
+    assert "reasoning_content" not in body["choices"][0]["message"]
+    assert "completion_tokens_details" not in body["usage"]
+
+
 # --------------------------------------------------------------------------- constraint wiring
 
 
@@ -537,6 +575,40 @@ def test_draining_503(make_app):
     assert b.engine.requests == []
 
 
+def test_draining_lets_in_flight_finish(make_app):
+    b = make_app(delay=0.02)
+
+    async def run() -> None:
+        async with b.async_client() as c:
+            first = asyncio.ensure_future(c.post(CHAT, json={"messages": USER, "max_tokens": 50}))
+            for _ in range(200):
+                if b.state.in_flight:
+                    break
+                await asyncio.sleep(0.005)
+            b.state.draining = True
+            refused = await c.post(CHAT, json={"messages": USER, "max_tokens": 50})
+            assert refused.status_code == 503
+            done = await first
+            assert done.status_code == 200 and done.json()["choices"][0]["message"]["content"] == HELLO
+            assert b.state.in_flight == 0 and b.state.idle.is_set()
+
+    asyncio.run(run())
+
+
+def test_gauges_return_to_zero(make_app):
+    b = make_app()
+    c = b.client()
+    running, waiting = metrics.RUNNING._value.get(), metrics.WAITING._value.get()
+    _chat(c, max_tokens=3)
+    _stream_raw(c, max_tokens=3)
+    c.post("/v1/completions", json={"prompt": "x", "max_tokens": 3})
+    _chat(c, messages=[])  # 400 before the engine
+    b.engine.dead = True
+    _chat(c)  # 503 from the engine
+    assert (metrics.RUNNING._value.get(), metrics.WAITING._value.get()) == (running, waiting)
+    assert b.state.in_flight == 0
+
+
 def test_not_ready_health_503(make_app):
     b = make_app()
     b.state.ready = False
@@ -713,6 +785,31 @@ async def _disconnect_mid_stream(b: Any) -> None:
     assert b.engine.aborted == [rid]
     assert b.state.in_flight == 0
     assert sum(1 for m in sent if m["type"] == "http.response.body") < 50
+
+
+def test_completion_stream_disconnect_aborts(make_app):
+    from server.completion_service import completion_stream, prepare_completion
+    from server.protocol import CompletionRequest
+
+    b = make_app(script=_script(["a", "b", "c", "d"]))
+
+    async def run() -> None:
+        req = CompletionRequest.model_validate({"prompt": "x", "stream": True, "max_tokens": 50})
+        jobs = prepare_completion(b.state, req)
+        gen = completion_stream(b.state, req, jobs)
+        assert b'"a"' in await gen.__anext__()
+        await gen.aclose()
+        assert b.engine.aborted == [jobs[0][1].request_id]
+
+    asyncio.run(run())
+
+
+def test_cors_preflight_open_with_auth(make_app):
+    b = make_app(settings=Settings(api_keys=("k",), cors_origins=("https://app.example",)))
+    r = b.client().options(CHAT, headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                                          "Access-Control-Request-Headers": "authorization"})
+    assert r.status_code == 200
+    assert r.headers["access-control-allow-origin"] == "https://app.example"
 
 
 # --------------------------------------------------------------------------- request id
