@@ -12,16 +12,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from . import metrics
 from .engine.base import EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
 from .errors import APIError, bad_request
-from .generation import GenerationTimer, check_context, resolve_max_tokens
+from .generation import GenerationTimer, completion_budget
 from .output_checks import ToolCallChecker, validate_json_output
 from .protocol import ChatCompletionRequest, usage_dict
-from .state import check_model
-from .structured import build_constraint
 from .sse import DONE, chunk, sse_event
-from .state import ServerState
+from .state import ServerState, check_model
+from .stream_guard import abort_shielded, guarded_stream
+from .structured import build_constraint
 from .stream import MessageStream
 
 __all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine"]
@@ -72,9 +71,9 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     except RenderError as exc:
         raise bad_request(str(exc), param=getattr(exc, "param", None) or "messages") from exc
     prompt_ids = list(state.engine.tokenizer.encode(prompt, add_special_tokens=False))
-    max_tokens = resolve_max_tokens(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),
-                                    param="max_completion_tokens" if req.max_completion_tokens else "max_tokens")
-    check_context(state.engine.max_model_len, len(prompt_ids), max_tokens)
+    max_tokens = completion_budget(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),
+                                   param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
+                                   prompt_param="messages")
     constraint, json_schema, strict = build_constraint(state, req, tools)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     sampling = Sampling(
@@ -206,7 +205,7 @@ async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, 
     finally:
         timer.close()
         if for_abort:
-            await state.engine.abort(p.id)
+            await abort_shielded(state, [p.id])
     checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
     headers: dict[str, str] = {}
     out_choices = []
@@ -266,14 +265,17 @@ def _delta_bodies(delta: Any, state: ServerState) -> list[dict[str, Any]]:
     return bodies
 
 
-async def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[bytes]:
+def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[bytes]:
     """SSE stream, framed like OpenAI's: role first, one id, finish chunk, usage, [DONE]."""
+    return guarded_stream(_chat_events(state, p), state=state, request_ids=[p.id])
+
+
+async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[bytes]:
     req = p.request
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     choices = [_Choice(state, p, i, streaming=True) for i in range(req.n)]
     model = state.engine.model_name
     timer = GenerationTimer()
-    finished = False
 
     def frame(choice_list: list[dict[str, Any]]) -> bytes:
         return sse_event(chunk(id=p.id, created=p.created, model=model, choices=choice_list))
@@ -282,39 +284,29 @@ async def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[byte
         for ch in choices:
             yield frame([{"index": ch.index, "delta": {"role": "assistant", "content": ""},
                           "logprobs": None, "finish_reason": None}])
-        try:
-            async for c in run_engine(state, p.gen):
-                timer.on_chunk(c)
-                ch = choices[c.index]
-                ch.tokens += c.num_tokens
-                bodies = _delta_bodies(ch.stream.feed(c.text), state)
-                if c.finish_reason:
-                    ch.finish = c.finish_reason
-                    bodies += _delta_bodies(ch.stream.finish(), state)
-                if req.logprobs and c.logprobs and not bodies:
-                    bodies = [{}]
-                for k, body in enumerate(bodies):
-                    lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == 0) else None
-                    yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
-                if c.finish_reason:
-                    final = ch.stream.final_message()
-                    ToolCallChecker(parser=getattr(state.tool_parser, "name", "none")).check(final, p.tool_schemas)
-                    yield frame([{"index": ch.index, "delta": {}, "logprobs": None,
-                                  "finish_reason": ch.finish_reason(final)}])
-        except APIError as exc:
-            yield sse_event(exc.body())
-            yield DONE
-            finished = True
-            return
+        async for c in run_engine(state, p.gen):
+            timer.on_chunk(c)
+            ch = choices[c.index]
+            ch.tokens += c.num_tokens
+            bodies = _delta_bodies(ch.stream.feed(c.text), state)
+            if c.finish_reason:
+                ch.finish = c.finish_reason
+                bodies += _delta_bodies(ch.stream.finish(), state)
+            if req.logprobs and c.logprobs and not bodies:
+                bodies = [{}]
+            for k, body in enumerate(bodies):
+                lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == 0) else None
+                yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
+            if c.finish_reason:
+                final = ch.stream.final_message()
+                ToolCallChecker(parser=getattr(state.tool_parser, "name", "none")).check(final, p.tool_schemas)
+                yield frame([{"index": ch.index, "delta": {}, "logprobs": None,
+                              "finish_reason": ch.finish_reason(final)}])
         completion_tokens = sum(ch.tokens for ch in choices)
         timer.record(len(p.prompt_ids), completion_tokens)
         if include_usage:
             usage = usage_dict(len(p.prompt_ids), completion_tokens, _reasoning_tokens(state, choices))
             yield sse_event(chunk(id=p.id, created=p.created, model=model, choices=[], usage=usage))
         yield DONE
-        finished = True
     finally:
         timer.close()
-        if not finished:
-            metrics.CLIENT_DISCONNECTS.inc()
-            await state.engine.abort(p.id)

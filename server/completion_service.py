@@ -5,13 +5,12 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
-from . import metrics
 from .chat_service import run_engine
 from .engine.base import GenerateRequest, Sampling, TokenLogprob
-from .errors import APIError
-from .generation import GenerationTimer, check_context, resolve_max_tokens
+from .generation import GenerationTimer, completion_budget
 from .protocol import CompletionRequest, usage_dict
 from .sse import DONE, chunk, sse_event
+from .stream_guard import abort_shielded, guarded_stream
 from .state import ServerState, check_model
 from .structured import build_constraint
 
@@ -34,8 +33,8 @@ def prepare_completion(state: ServerState, req: CompletionRequest) -> list[tuple
     constraint, _schema, _strict = build_constraint(state, req, None)
     out = []
     for text, ids in _prompts(state, req):
-        max_tokens = resolve_max_tokens(state.engine.max_model_len, len(ids), req.max_tokens, param="max_tokens")
-        check_context(state.engine.max_model_len, len(ids), max_tokens)
+        max_tokens = completion_budget(state.engine.max_model_len, len(ids), req.max_tokens,
+                                       param="max_tokens", prompt_param="prompt")
         sampling = Sampling(
             max_tokens=max_tokens,
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -93,7 +92,7 @@ async def completion_response(state: ServerState, req: CompletionRequest,
     finally:
         timer.close()
         if running is not None:
-            await state.engine.abort(running)
+            await abort_shielded(state, [running])
     timer.record(prompt_tokens, completion_tokens)
     return {
         "id": jobs[0][1].request_id, "object": "text_completion", "created": int(time.time()),
@@ -102,48 +101,40 @@ async def completion_response(state: ServerState, req: CompletionRequest,
     }
 
 
-async def completion_stream(state: ServerState, req: CompletionRequest,
-                            jobs: list[tuple[str, GenerateRequest]]) -> AsyncIterator[bytes]:
+def completion_stream(state: ServerState, req: CompletionRequest,
+                      jobs: list[tuple[str, GenerateRequest]]) -> AsyncIterator[bytes]:
+    return guarded_stream(_completion_events(state, req, jobs), state=state,
+                          request_ids=[gen.request_id for _, gen in jobs])
+
+
+async def _completion_events(state: ServerState, req: CompletionRequest,
+                             jobs: list[tuple[str, GenerateRequest]]) -> AsyncIterator[bytes]:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     rid, created, model = jobs[0][1].request_id, int(time.time()), state.engine.model_name
     prompt_tokens = completion_tokens = 0
     timer = GenerationTimer()
-    current: str | None = None
-    finished = False
 
     def frame(choice: dict[str, Any]) -> bytes:
         return sse_event(chunk(id=rid, created=created, model=model, choices=[choice], object="text_completion"))
 
     try:
         for i, (text, gen) in enumerate(jobs):
-            current = gen.request_id
             if req.echo:
                 for j in range(req.n):
                     yield frame({"index": i * req.n + j, "text": text, "logprobs": None, "finish_reason": None})
             offsets = [len(text) if req.echo else 0] * req.n
-            try:
-                async for c in run_engine(state, gen):
-                    timer.on_chunk(c)
-                    completion_tokens += c.num_tokens
-                    lp = _legacy_logprobs(list(c.logprobs), offsets[c.index]) if req.logprobs is not None else None
-                    offsets[c.index] += len(c.text)
-                    yield frame({"index": i * req.n + c.index, "text": c.text, "logprobs": lp,
-                                 "finish_reason": c.finish_reason})
-            except APIError as exc:
-                yield sse_event(exc.body())
-                yield DONE
-                finished = True
-                return
+            async for c in run_engine(state, gen):
+                timer.on_chunk(c)
+                completion_tokens += c.num_tokens
+                lp = _legacy_logprobs(list(c.logprobs), offsets[c.index]) if req.logprobs is not None else None
+                offsets[c.index] += len(c.text)
+                yield frame({"index": i * req.n + c.index, "text": c.text, "logprobs": lp,
+                             "finish_reason": c.finish_reason})
             prompt_tokens += len(gen.prompt_token_ids)
         timer.record(prompt_tokens, completion_tokens)
         if include_usage:
             yield sse_event(chunk(id=rid, created=created, model=model, choices=[], object="text_completion",
                                   usage=usage_dict(prompt_tokens, completion_tokens)))
         yield DONE
-        finished = True
     finally:
         timer.close()
-        if not finished:
-            metrics.CLIENT_DISCONNECTS.inc()
-            if current:
-                await state.engine.abort(current)

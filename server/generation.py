@@ -7,30 +7,33 @@ from . import metrics
 from .engine.base import TokenChunk
 from .errors import bad_request
 
-__all__ = ["GenerationTimer", "check_context", "resolve_max_tokens"]
+__all__ = ["GenerationTimer", "completion_budget"]
 
 
-def resolve_max_tokens(max_model_len: int, prompt_tokens: int, requested: int | None, *, param: str) -> int:
-    """The completion budget: what was asked, or all the context left."""
+def completion_budget(max_model_len: int, prompt_tokens: int, requested: int | None, *,
+                      param: str, prompt_param: str) -> int:
+    """The completion budget: what was asked, or all the context left; 400 when it cannot fit.
+
+    ``param`` names the budget field the client used (``max_tokens`` or
+    ``max_completion_tokens``), ``prompt_param`` the prompt field (``messages`` or ``prompt``).
+    """
+    what = "messages" if prompt_param == "messages" else "prompt"
     if prompt_tokens >= max_model_len:
         raise bad_request(
-            f"This model's maximum context length is {max_model_len} tokens. However, your messages "
-            f"resulted in {prompt_tokens} tokens. Please reduce the length of the messages.",
-            param="messages", code="context_length_exceeded",
+            f"This model's maximum context length is {max_model_len} tokens. However, your {what} "
+            f"resulted in {prompt_tokens} tokens. Please reduce the length of the {what}.",
+            param=prompt_param, code="context_length_exceeded",
         )
     if requested is None:
         return max_model_len - prompt_tokens
-    return requested
-
-
-def check_context(max_model_len: int, prompt_tokens: int, max_tokens: int) -> None:
-    if prompt_tokens + max_tokens > max_model_len:
+    if prompt_tokens + requested > max_model_len:
         raise bad_request(
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
-            "completion). Please reduce the length of the messages or completion.",
-            param="max_tokens", code="context_length_exceeded",
+            f"{prompt_tokens + requested} tokens ({prompt_tokens} in the {what}, {requested} in the "
+            f"completion). Please reduce the length of the {what} or '{param}'.",
+            param=param, code="context_length_exceeded",
         )
+    return requested
 
 
 class GenerationTimer:

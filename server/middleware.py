@@ -117,7 +117,21 @@ class GatewayMiddleware:
                 st.enter()
                 counted = True
                 metrics.RUNNING.inc()
-            await self.app(scope, _capped(receive, st.settings.max_request_bytes), send_wrapped)
+            started_response = False
+
+            async def send_tracked(message: dict[str, Any]) -> None:
+                nonlocal started_response
+                started_response = started_response or message["type"] == "http.response.start"
+                await send_wrapped(message)
+
+            try:
+                await self.app(scope, _capped(receive, st.settings.max_request_bytes), send_tracked)
+            except Exception:
+                if started_response:
+                    raise
+                log.exception("unhandled error", extra={"request_id": rid})
+                await reply(500, "The server had an error while processing your request.",
+                            type="server_error", code="internal_error")
         finally:
             if counted:
                 metrics.RUNNING.dec()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 __all__ = [
     "ChatMessage",
@@ -158,16 +158,22 @@ class ChatCompletionRequest(_SamplingFields):
     reasoning_effort: str | None = None
     max_reasoning_tokens: int | None = Field(default=None, ge=0)
 
-    @model_validator(mode="after")
-    def _check(self) -> "ChatCompletionRequest":
-        if self.top_logprobs is not None and not self.logprobs:
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs(cls, v: int | None, info: ValidationInfo) -> int | None:
+        if v is not None and not info.data.get("logprobs"):
             raise ValueError("'top_logprobs' requires 'logprobs' to be true")
-        if self.tools is not None:
-            names = [t.function.name for t in self.tools]
+        return v
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, v: list[ToolDef] | None) -> list[ToolDef] | None:
+        if v is not None:
+            names = [t.function.name for t in v]
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"tool names must be unique; repeated: {', '.join(dupes)}")
-        return self
+        return v
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

@@ -668,9 +668,6 @@ class _RaisesAfterFirst(list):
         raise RuntimeError("unexpected engine failure")
 
 
-@pytest.mark.xfail(strict=True, reason="chat_service.chat_stream catches only APIError: any other exception "
-                   "after the first chunk cuts the SSE stream with no error event and no [DONE] (and counts "
-                   "it as a client disconnect)")
 def test_unexpected_error_mid_stream_ends_with_error_and_done(make_app):
     b = make_app(script=lambda req: _RaisesAfterFirst(["a", "b", "c"]))  # len > 1: not the last piece
     before = metrics.CLIENT_DISCONNECTS._value.get()
@@ -742,9 +739,6 @@ class _AwaitingAbortEngine(FakeEngine):
         self.aborted.append(request_id)
 
 
-@pytest.mark.xfail(strict=True, reason="chat_service.chat_stream awaits engine.abort in `finally` inside the "
-                   "cancelled anyio scope of StreamingResponse's disconnect listener, so an abort that awaits "
-                   "is cancelled before it runs; shield it (anyio.CancelScope(shield=True))")
 def test_http_disconnect_aborts_engine_whose_abort_awaits(make_app):
     b = make_app()
     b.engine = b.state.engine = _AwaitingAbortEngine(script=_script(["x"] * 50), delay=0.01)

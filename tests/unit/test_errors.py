@@ -144,8 +144,6 @@ def test_top_logprobs_without_logprobs_is_400(client):
     assert "logprobs" in err["message"]
 
 
-@pytest.mark.xfail(strict=True, reason="protocol.py ChatCompletionRequest._check raises the top_logprobs error "
-                   "from a model validator, so its loc is () and param is null; should be 'top_logprobs'")
 def test_top_logprobs_without_logprobs_names_param(client):
     _error(client.post(CHAT, json={"messages": USER, "top_logprobs": 2}), 400, param="top_logprobs")
 
@@ -173,8 +171,6 @@ def test_max_completion_tokens_too_large_is_400(make_app):
     _error(_post(b, {"messages": USER, "max_completion_tokens": 990}), 400, code="context_length_exceeded")
 
 
-@pytest.mark.xfail(strict=True, reason="generation.check_context hard-codes param='max_tokens'; chat_service "
-                   "passes 'max_completion_tokens' to resolve_max_tokens but not to check_context")
 def test_max_completion_tokens_too_large_names_it(make_app):
     b = make_app(max_model_len=1000)
     _error(_post(b, {"messages": USER, "max_completion_tokens": 990}), 400, param="max_completion_tokens",
@@ -188,8 +184,6 @@ def test_completion_prompt_too_long_is_400(make_app):
            param="max_tokens", code="context_length_exceeded")
 
 
-@pytest.mark.xfail(strict=True, reason="generation.resolve_max_tokens hard-codes param='messages' and says "
-                   "'your messages' also for /v1/completions, whose field is 'prompt'")
 def test_completion_prompt_too_long_names_prompt(make_app):
     b = make_app(max_model_len=50)
     err = _error(b.client().post("/v1/completions", json={"prompt": "x" * 60}), 400, param="prompt",
@@ -225,8 +219,6 @@ def test_duplicate_tool_names_is_400(client):
     assert "unique" in err["message"] and "w" in err["message"]
 
 
-@pytest.mark.xfail(strict=True, reason="protocol.py ChatCompletionRequest._check raises the duplicate-name "
-                   "error from a model validator, so param is null; should be 'tools'")
 def test_duplicate_tool_names_names_tools(client):
     _error(client.post(CHAT, json={"messages": USER, "tools": [TOOL_W, TOOL_W]}), 400, param="tools")
 
@@ -374,8 +366,6 @@ def test_unexpected_exception_is_500_envelope(make_app):
     assert b.state.in_flight == 0
 
 
-@pytest.mark.xfail(strict=True, reason="middleware.py: an unexpected exception's 500 is sent by Starlette's "
-                   "ServerErrorMiddleware outside GatewayMiddleware, so it lacks X-Request-Id")
 def test_unexpected_exception_500_keeps_request_id(make_app):
     def script(req):
         raise RuntimeError("boom")

@@ -1,0 +1,56 @@
+"""Ending an SSE stream properly whatever happens: error event, ``[DONE]``, engine abort.
+
+Once a stream has started its HTTP status is 200, so a failure is reported as one
+``data: {"error": ...}`` event followed by ``[DONE]``. If the client goes away, the
+engine request is aborted; the abort runs shielded, because the cancellation that
+closes the stream would otherwise cancel the abort too.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import AsyncIterator, Iterable
+
+import anyio
+
+from . import metrics
+from .errors import APIError, error_body
+from .sse import DONE, sse_event
+from .state import ServerState
+
+__all__ = ["abort_shielded", "guarded_stream"]
+
+log = logging.getLogger("gramserve.stream")
+
+
+async def guarded_stream(events: AsyncIterator[bytes], *, state: ServerState,
+                         request_ids: Iterable[str]) -> AsyncIterator[bytes]:
+    clean = errored = False
+    try:
+        async with contextlib.aclosing(events):  # type: ignore[type-var]
+            async for event in events:
+                yield event
+        clean = True
+    except APIError as exc:
+        errored = True
+        yield sse_event(exc.body())
+        yield DONE
+    except Exception:
+        errored = True
+        log.exception("stream failed")
+        yield sse_event(error_body("The server had an error while processing your request.",
+                                   type="server_error", code="internal_error"))
+        yield DONE
+    finally:
+        if not clean:
+            if not errored:
+                metrics.CLIENT_DISCONNECTS.inc()
+            await abort_shielded(state, request_ids)
+
+
+async def abort_shielded(state: ServerState, request_ids: Iterable[str]) -> None:
+    """Abort engine requests even from inside a cancelled task (client gone, server stopping)."""
+    with anyio.CancelScope(shield=True):
+        for rid in request_ids:
+            await state.engine.abort(rid)
+
