@@ -228,3 +228,16 @@ def test_metrics_exposed(http, model):
     assert not missing, missing
     assert 'gramserve_requests_total{endpoint="/v1/chat/completions",status="200"}' in text
     assert "vllm:" in text  # the engine's own metrics beside ours
+
+
+def test_grafana_dashboard_metrics_exist_on_live_metrics(http, model):
+    from tests.unit.test_deploy import dashboard_metric_names
+
+    http.post("/v1/chat/completions", json={"model": model, "messages": HI, "max_tokens": 3})
+    exposed = set()
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith("# TYPE "):
+            name, kind = line.split()[2:4]
+            exposed.add(name + "_total" if kind == "counter" and not name.endswith("_total") else name)
+    missing = sorted(n for n in dashboard_metric_names() if n not in exposed)
+    assert not missing, f"the dashboard queries metrics /metrics does not expose: {missing}"
