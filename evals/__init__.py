@@ -1,0 +1,1 @@
+"""Evaluations run against a live server or the installed libraries."""
