@@ -37,7 +37,7 @@ class ServerProcess:
         )
         self.ready_seconds: float | None = None
 
-    def wait_ready(self, timeout: float = 240.0) -> float:
+    def wait_ready(self, timeout: float = 600.0) -> float:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
