@@ -17,6 +17,7 @@ from .errors import APIError, bad_request
 from .generation import GenerationTimer, completion_budget
 from .output_checks import ToolCallChecker, validate_json_output
 from .protocol import ChatCompletionRequest, usage_dict
+from .reasoning_budget import ReasoningBudget, budgeted_chunks, plan_reasoning_budget
 from .sse import DONE, chunk, sse_event
 from .state import ServerState, check_model
 from .stream_guard import abort_shielded, guarded_stream
@@ -39,6 +40,7 @@ class PreparedChat:
     tool_schemas: dict[str, dict[str, Any]]
     json_schema: dict[str, Any] | None  # validated after generation when not strict
     strict: bool
+    reasoning_budget: ReasoningBudget | None = None  # max_reasoning_tokens: two engine phases
 
 
 def _tools_for_prompt(req: ChatCompletionRequest) -> list[dict[str, Any]] | None:
@@ -75,6 +77,7 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
                                    param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
                                    prompt_param="messages")
     constraint, json_schema, strict = build_constraint(state, req, tools)
+    reasoning_budget = plan_reasoning_budget(state, req, tools=tools)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     sampling = Sampling(
         max_tokens=max_tokens,
@@ -94,7 +97,7 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
         request=req, id=rid, created=int(time.time()), prompt_ids=prompt_ids,
         gen=GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling, constraint=constraint),
         tool_names=tuple(tool_schemas) if tools else None, tool_schemas=tool_schemas,
-        json_schema=json_schema, strict=strict,
+        json_schema=json_schema, strict=strict, reasoning_budget=reasoning_budget,
     )
 
 
@@ -186,6 +189,13 @@ async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncIterator[
                        type="server_error", code="engine_dead") from exc
 
 
+def _engine_chunks(state: ServerState, p: PreparedChat) -> AsyncIterator[TokenChunk]:
+    """The request's chunks: one engine request, or two phases when the thinking is capped."""
+    if p.reasoning_budget is None:
+        return run_engine(state, p.gen)
+    return budgeted_chunks(state, p.gen, p.reasoning_budget, run=run_engine)
+
+
 async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, Any], dict[str, str]]:
     """Non-streamed completion. Returns the body and extra response headers."""
     choices = [_Choice(state, p, i, streaming=False) for i in range(p.request.n)]
@@ -193,7 +203,7 @@ async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, 
     prompt_tokens = len(p.prompt_ids)
     for_abort = True
     try:
-        async for c in run_engine(state, p.gen):
+        async for c in _engine_chunks(state, p):
             timer.on_chunk(c)
             ch = choices[c.index]
             ch.stream.feed(c.text)
@@ -284,7 +294,7 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
         for ch in choices:
             yield frame([{"index": ch.index, "delta": {"role": "assistant", "content": ""},
                           "logprobs": None, "finish_reason": None}])
-        async for c in run_engine(state, p.gen):
+        async for c in _engine_chunks(state, p):
             timer.on_chunk(c)
             ch = choices[c.index]
             ch.tokens += c.num_tokens
