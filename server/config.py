@@ -30,6 +30,7 @@ class Settings:
     reasoning_parser: str | None = None
     reasoning_field: str = "reasoning_content"  # reasoning_content | reasoning | both
     reasoning_required: bool = False
+    max_reasoning_tokens: int | None = None  # default cap for requests that give none
     tool_constraints: bool = True
     max_model_len: int | None = None
     dtype: str = "auto"
@@ -93,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("--reasoning-parser", help="deepseek_r1 | qwen3 (default: none)")
     add("--reasoning-required", action="store_true",
         help="with --reasoning-parser: the grammar makes the model write the think block before any answer")
+    add("--max-reasoning-tokens", type=int,
+        help="default cap on thinking tokens per request (the block is then closed and the answer constrained)")
     add("--reasoning-field", default="reasoning_content", choices=["reasoning_content", "reasoning", "both"])
     add("--no-tool-constraints", action="store_true", help="do not enforce tool calls by grammar under tool_choice=auto")
     add("--max-model-len", type=int)
@@ -149,6 +152,7 @@ def settings_from_args(argv: list[str] | None = None) -> Settings:
         reasoning_parser=ns.reasoning_parser,
         reasoning_field=ns.reasoning_field,
         reasoning_required=ns.reasoning_required,
+        max_reasoning_tokens=ns.max_reasoning_tokens,
         tool_constraints=not ns.no_tool_constraints,
         max_model_len=ns.max_model_len,
         dtype=ns.dtype,

@@ -157,6 +157,7 @@ class ChatCompletionRequest(_SamplingFields):
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: str | None = None
     max_reasoning_tokens: int | None = Field(default=None, ge=0)
+    thinking_token_budget: int | None = Field(default=None, ge=0)  # vLLM's name for the same cap
 
     @field_validator("top_logprobs")
     @classmethod
@@ -174,6 +175,12 @@ class ChatCompletionRequest(_SamplingFields):
             if dupes:
                 raise ValueError(f"tool names must be unique; repeated: {', '.join(dupes)}")
         return v
+
+    @model_validator(mode="after")
+    def _alias_budget(self) -> "ChatCompletionRequest":
+        if self.max_reasoning_tokens is None and self.thinking_token_budget is not None:
+            self.max_reasoning_tokens = self.thinking_token_budget
+        return self
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

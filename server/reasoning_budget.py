@@ -50,7 +50,7 @@ def requested_cap(state: ServerState, req: Any) -> int | None:
     """The request's ``max_reasoning_tokens``, else the server default (if any)."""
     if req.max_reasoning_tokens is not None:
         return int(req.max_reasoning_tokens)
-    default = getattr(state.settings, "max_reasoning_tokens", None)
+    default = state.settings.max_reasoning_tokens
     return None if default is None else int(default)
 
 
