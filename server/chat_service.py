@@ -73,6 +73,8 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     except RenderError as exc:
         raise bad_request(str(exc), param=getattr(exc, "param", None) or "messages") from exc
     prompt_ids = list(state.engine.tokenizer.encode(prompt, add_special_tokens=False))
+    if state.settings.log_prompts:  # off by default: prompts are user data
+        log.info("prompt", extra={"prompt": prompt, "prompt_tokens": len(prompt_ids)})
     max_tokens = completion_budget(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),
                                    param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
                                    prompt_param="messages")
