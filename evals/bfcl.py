@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -47,7 +48,7 @@ __all__ = [
     "main",
 ]
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "testdata" / "bfcl"
+DEFAULT_DATA = Path(os.environ.get("GRAMSERVE_TESTDATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "testdata")) / "bfcl"
 IRRELEVANCE = ("irrelevance", "live_irrelevance")
 
 

@@ -1,0 +1,308 @@
+"""End-to-end tool calling: the OpenAI SDK against the real server (SmolLM2, hermes format).
+
+What is checked is what the grammar and the response rules guarantee, not what the
+135M model would choose: ``required`` / named calls always exist and fit their schema,
+``none`` never calls, ``parallel_tool_calls: false`` gives one call, ``finish_reason`` is
+``tool_calls`` exactly when calls are returned, ids are unique ``call_...``, streaming
+reconstructs the same calls, and 60+ BFCL questions under ``required`` / named give
+schema-valid arguments on every call. Independent requests run concurrently.
+"""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from jsonschema import Draft202012Validator
+
+from tests.sse_validator import validate_sse
+
+from .conftest import TESTDATA
+
+pytestmark = pytest.mark.e2e
+
+MAX_TOKENS = 200
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather for a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "Get the current UTC time.", "parameters": {"type": "object", "properties": {}}}}
+TOOLS = [WEATHER, TIME]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
+TOOL_MARKERS = ("<tool_call>", "</tool_call>")
+
+
+def named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
+
+
+def after_tool_result(*, choice: str) -> dict[str, Any]:
+    """A second turn: the assistant's call and the tool's result are in the history."""
+    return {"messages": PARIS + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_abc123", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+        {"role": "tool", "tool_call_id": "call_abc123", "content": '{"temperature": 18, "sky": "sunny"}'},
+    ], "tools": TOOLS, "tool_choice": choice}
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "auto": {"messages": PARIS, "tools": TOOLS},
+    "required": {"messages": PARIS, "tools": TOOLS, "tool_choice": "required"},
+    # named wins over what the question asks for
+    "named": {"messages": [{"role": "user", "content": "What time is it?"}], "tools": TOOLS,
+              "tool_choice": named("get_weather")},
+    "no_params": {"messages": [{"role": "user", "content": "What time is it?"}], "tools": TOOLS,
+                  "tool_choice": named("get_time")},
+    "none": {"messages": PARIS, "tools": TOOLS, "tool_choice": "none"},
+    "parallel_false": {"messages": [{"role": "user", "content": "What is the weather in Paris, in Tokyo and in Rome?"}],
+                       "tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False},
+    "utf8": {"messages": [{"role": "user", "content": "Quel temps fait-il à Zürich ?"}], "tools": [WEATHER],
+             "tool_choice": named("get_weather")},
+    "multi_turn_auto": after_tool_result(choice="auto"),
+    "multi_turn_none": after_tool_result(choice="none"),
+}
+
+
+@pytest.fixture(scope="module")
+def answers(client, model) -> dict[str, Any]:
+    """Every case in CASES, answered once, concurrently (temperature 0)."""
+    def ask(kw: dict[str, Any]) -> Any:
+        return client.chat.completions.create(model=model, temperature=0, max_tokens=MAX_TOKENS, **kw)
+
+    with ThreadPoolExecutor(8) as pool:
+        return dict(zip(CASES, pool.map(ask, CASES.values())))
+
+
+def _check_calls(choice: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The response rules every choice follows; returns (name, parsed arguments) per call."""
+    calls = choice.message.tool_calls or []
+    if calls:
+        assert choice.finish_reason in ("tool_calls", "length"), choice
+    else:
+        assert choice.finish_reason != "tool_calls", choice
+    out = []
+    for tc in calls:
+        assert tc.type == "function" and tc.id.startswith("call_"), tc
+        assert isinstance(tc.function.arguments, str) and tc.function.arguments.strip(), tc
+        args = json.loads(tc.function.arguments)
+        Draft202012Validator(SCHEMAS[tc.function.name]).validate(args)
+        out.append((tc.function.name, args))
+    assert len({tc.id for tc in calls}) == len(calls), "tool call ids must be unique"
+    if not calls or choice.message.content is not None:
+        assert not any(m in (choice.message.content or "") for m in TOOL_MARKERS), choice.message.content
+    return out
+
+
+def test_required_gives_schema_valid_calls(answers):
+    choice = answers["required"].choices[0]
+    calls = _check_calls(choice)
+    assert calls and choice.finish_reason == "tool_calls"
+    assert choice.message.content is None  # nothing before the calls under required
+
+
+def test_named_gives_exactly_that_function(answers):
+    choice = answers["named"].choices[0]
+    calls = _check_calls(choice)
+    assert [name for name, _ in calls] == ["get_weather"]
+    assert choice.finish_reason == "tool_calls"
+
+
+def test_parameterless_tool_arguments_are_empty_object(answers):
+    choice = answers["no_params"].choices[0]
+    calls = _check_calls(choice)
+    assert calls == [("get_time", {})]  # a JSON string that decodes to {}: never "", null or missing
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "server bug: the structural tag lets the model pad the empty arguments object with whitespace "
+    "(SmolLM2 writes '{\\n    \\t\\t}'), returned verbatim; the grammar should fix parameterless "
+    "arguments to the literal '{}' (server/constraints.py, _EMPTY_OBJECT case)"))
+def test_parameterless_tool_arguments_are_literally_empty_braces(answers):
+    assert answers["no_params"].choices[0].message.tool_calls[0].function.arguments == "{}"
+
+
+def test_none_never_calls(answers):
+    choice = answers["none"].choices[0]
+    assert _check_calls(choice) == []
+    assert choice.message.tool_calls is None and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+
+
+def test_auto_follows_the_response_rules(answers):
+    _check_calls(answers["auto"].choices[0])  # SmolLM2 mostly answers in prose here; either way the rules hold
+
+
+def test_parallel_tool_calls_false_gives_one_call(answers):
+    choice = answers["parallel_false"].choices[0]
+    assert len(_check_calls(choice)) == 1
+    assert choice.finish_reason == "tool_calls"
+
+
+def test_non_ascii_arguments_stay_utf8(answers):
+    tc = answers["utf8"].choices[0].message.tool_calls[0]
+    assert "\\u" not in tc.function.arguments, tc.function.arguments
+    assert any(ord(ch) > 127 for ch in tc.function.arguments), tc.function.arguments
+    assert any(ord(ch) > 127 for ch in json.loads(tc.function.arguments)["city"])
+
+
+def test_multi_turn_with_tool_results(answers):
+    final = answers["multi_turn_none"].choices[0]
+    assert _check_calls(final) == [] and final.message.content.strip()
+    assert final.finish_reason in ("stop", "length")
+    _check_calls(answers["multi_turn_auto"].choices[0])
+
+
+def test_call_ids_unique_across_responses(answers):
+    ids = [tc.id for r in answers.values() for tc in (r.choices[0].message.tool_calls or [])]
+    assert len(ids) >= 4 and len(set(ids)) == len(ids)
+
+
+# ---------------------------------------------------------------- streaming
+
+STREAMED = ["required", "named", "no_params", "utf8", "parallel_false"]
+
+
+def test_stream_agrees_with_non_stream(http, model):
+    """Same request at temperature 0: same call names and arguments; the stream obeys the delta rules."""
+    def both(case: str) -> tuple[dict, Any]:
+        body = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS, **CASES[case]}
+        plain = http.post("/v1/chat/completions", json=body)
+        raw = http.post("/v1/chat/completions", json={**body, "stream": True})
+        assert plain.status_code == 200 and raw.status_code == 200, (plain.text, raw.text)
+        return plain.json(), validate_sse(raw.text, n=1)
+
+    with ThreadPoolExecutor(8) as pool:
+        results = dict(zip(STREAMED, pool.map(both, STREAMED)))
+    for case, (plain, rec) in results.items():
+        choice = plain["choices"][0]
+        want = [(tc["function"]["name"], json.loads(tc["function"]["arguments"])) for tc in choice["message"]["tool_calls"]]
+        streamed = rec.tool_calls[0]
+        got = [(streamed[k]["name"], json.loads(streamed[k]["arguments"])) for k in sorted(streamed)]
+        assert sorted(streamed) == list(range(len(streamed))), case
+        assert got == want, case
+        assert all(c["id"].startswith("call_") for c in streamed.values())
+        assert rec.finish_reason[0] == choice["finish_reason"] == "tool_calls", case
+        assert not rec.content.get(0), case  # nothing but calls under required / named
+
+
+def test_sdk_stream_accumulates_tool_calls(client, model):
+    """The documented client loop: accumulate ``delta.tool_calls`` by index."""
+    stream = client.chat.completions.create(model=model, temperature=0, max_tokens=MAX_TOKENS, stream=True,
+                                            **CASES["named"])
+    calls: dict[int, dict[str, str]] = {}
+    finish = None
+    for chunk in stream:
+        for tc in chunk.choices[0].delta.tool_calls or []:
+            entry = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+            entry["id"] += tc.id or ""
+            entry["name"] += (tc.function and tc.function.name) or ""
+            entry["arguments"] += (tc.function and tc.function.arguments) or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls"
+    assert [c["name"] for c in calls.values()] == ["get_weather"]
+    Draft202012Validator(SCHEMAS["get_weather"]).validate(json.loads(calls[0]["arguments"]))
+
+
+# ---------------------------------------------------------------- errors (no generation)
+
+def test_tool_choice_errors_name_the_problem(http, model):
+    def post(**kw: Any) -> httpx.Response:
+        return http.post("/v1/chat/completions", json={"model": model, "messages": PARIS, "max_tokens": 5, **kw})
+
+    unknown = post(tools=TOOLS, tool_choice=named("get_stock_price"))
+    assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "tool_choice"
+    assert "get_stock_price" in unknown.json()["error"]["message"]
+    no_tools = post(tool_choice="required")
+    assert no_tools.status_code == 400 and no_tools.json()["error"]["param"] == "tool_choice"
+
+
+# ---------------------------------------------------------------- BFCL sample, required / named
+
+BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
+PER_CATEGORY = 16
+
+
+def _bfcl_sample() -> list[tuple[str, dict[str, Any]]]:
+    """Evenly spaced lines of each category file: deterministic, not just the first few."""
+    out = []
+    for cat in BFCL_CATEGORIES:
+        lines = (TESTDATA / "bfcl" / f"{cat}.jsonl").read_text(encoding="utf-8").splitlines()
+        step = max(1, len(lines) // PER_CATEGORY)
+        out += [(cat, json.loads(line)) for line in lines[::step][:PER_CATEGORY]]
+    return out
+
+
+def _ask_bfcl(client: Any, model: str, k: int, cat: str, q: dict[str, Any]) -> dict[str, Any]:
+    """Even k: tool_choice required; odd k: named (the first ground-truth function)."""
+    single = cat in ("simple_python", "multiple")
+    if k % 2 == 0:
+        choice: Any = "required"
+    else:
+        reverse = {v: s for s, v in q["name_map"].items()}
+        choice = named(reverse[next(iter(q["ground_truth"][0]))])
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in q["tools"]}
+    try:
+        r = client.chat.completions.create(model=model, messages=q["messages"], tools=q["tools"], tool_choice=choice,
+                                           parallel_tool_calls=not single, temperature=0, max_tokens=MAX_TOKENS)
+    except openai.BadRequestError as e:
+        return {"id": q["id"], "rejected": e.body}
+    ch = r.choices[0]
+    calls = ch.message.tool_calls or []
+    invalid = []
+    for tc in calls:
+        if isinstance(choice, dict) and tc.function.name != choice["function"]["name"]:
+            invalid.append(f"{tc.function.name}: not the named function")
+            continue
+        errs = list(Draft202012Validator(schemas[tc.function.name], format_checker=Draft202012Validator.FORMAT_CHECKER)
+                    .iter_errors(json.loads(tc.function.arguments)))
+        invalid += [f"{tc.function.name}: {e.message}" for e in errs]
+    return {"id": q["id"], "calls": len(calls), "invalid": invalid, "finish": ch.finish_reason,
+            "named": isinstance(choice, dict), "single": single}
+
+
+def test_bfcl_required_and_named_calls_fit_their_schema(client, model):
+    sample = _bfcl_sample()
+    assert len(sample) >= 60
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda a: _ask_bfcl(client, model, a[0], *a[1]), enumerate(sample)))
+    rejected = [r for r in results if "rejected" in r]
+    answered = [r for r in results if "rejected" not in r]
+    calls = sum(r["calls"] for r in answered)
+    invalid = [(r["id"], r["invalid"]) for r in answered if r["invalid"]]
+    truncated = [r["id"] for r in answered if r["finish"] == "length"]
+    print(f"\n[bfcl required/named] questions {len(sample)}, answered {len(answered)}, rejected (400) {len(rejected)}, "
+          f"calls {calls}, schema-valid {calls - sum(len(i) for _, i in invalid)}, truncated by max_tokens "
+          f"{len(truncated)} {truncated}")
+    for r in rejected:
+        print(f"  400 {r['id']}: {r['rejected']}")
+        assert r["rejected"]["message"] and (r["rejected"].get("param") or "").startswith(("tools", "tool_choice"))
+    assert not invalid, invalid
+    assert len(answered) >= 60, f"fewer than 60 questions answered; {len(rejected)} rejected"
+    for r in answered:
+        if r["finish"] != "length":  # a call was forced, so there is one (or, for named / single, exactly one)
+            assert r["finish"] == "tool_calls" and r["calls"] >= 1, r
+            if r["named"] or r["single"]:
+                assert r["calls"] == 1, r
+
+
+# ---------------------------------------------------------------- metrics
+
+def _valid_calls(http: httpx.Client) -> float:
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith('gramserve_tool_calls_total{') and 'parser="hermes"' in line and 'outcome="valid"' in line:
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_metrics_count_valid_tool_calls(http, client, model):
+    before = _valid_calls(http)
+    r = client.chat.completions.create(model=model, temperature=0, max_tokens=MAX_TOKENS, **CASES["named"])
+    assert len(r.choices[0].message.tool_calls) == 1
+    assert _valid_calls(http) >= before + 1
