@@ -158,6 +158,8 @@ def _one_of(elements: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _json_format(schema: Any) -> dict[str, Any]:
+    if schema == _EMPTY_OBJECT:  # parameterless tool: exactly "{}", no whitespace to pad it with
+        return _const("{}")
     return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": JSON_MAX_WHITESPACE}
 
 

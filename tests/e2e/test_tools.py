@@ -120,10 +120,6 @@ def test_parameterless_tool_arguments_are_empty_object(answers):
     assert calls == [("get_time", {})]  # a JSON string that decodes to {}: never "", null or missing
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "server bug: the structural tag lets the model pad the empty arguments object with whitespace "
-    "(SmolLM2 writes '{\\n    \\t\\t}'), returned verbatim; the grammar should fix parameterless "
-    "arguments to the literal '{}' (server/constraints.py, _EMPTY_OBJECT case)"))
 def test_parameterless_tool_arguments_are_literally_empty_braces(answers):
     assert answers["no_params"].choices[0].message.tool_calls[0].function.arguments == "{}"
 

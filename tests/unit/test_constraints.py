@@ -486,3 +486,14 @@ def test_vllm_accepts_what_we_produce() -> None:
     for schema in schemas:
         if isinstance(schema, dict):
             assert (vllm_json_refusal(schema) is not None) == has_xgrammar_unsupported_json_features(schema), schema
+
+
+def test_parameterless_tool_is_exactly_empty_braces() -> None:
+    from server.constraints import constraint_from_request
+
+    tools = [{"type": "function", "function": {"name": "get_time"}}]
+    c = constraint_from_request(response_format=None, structured_outputs=None, tools=tools,
+                                tool_choice={"type": "function", "function": {"name": "get_time"}},
+                                parallel_tool_calls=True, tool_format="hermes")
+    assert '"const_string"' in json.dumps(c.value) and '"{}"' in json.dumps(c.value)
+    assert '"json_schema"' not in json.dumps(c.value)
