@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from .schema_support import normalize_schema
 from .state import ServerState
 
 __all__ = ["precompile_file", "precompile_items"]
@@ -24,6 +25,9 @@ def _request_parts(item: dict[str, Any]) -> dict[str, Any]:
                 "tool_choice": item.get("tool_choice", "auto"),
                 "parallel_tool_calls": item.get("parallel_tool_calls", True)}
     rf = item.get("response_format") or {"type": "json_schema", "json_schema": {"name": "s", "schema": item}}
+    if rf.get("type") == "json_schema" and isinstance(rf.get("json_schema", {}).get("schema"), dict):
+        # requests compile the normalised schema (server.structured): warm that same cache key
+        rf = {**rf, "json_schema": {**rf["json_schema"], "schema": normalize_schema(rf["json_schema"]["schema"])}}
     return {"response_format": rf, "structured_outputs": None, "tools": None, "tool_choice": None,
             "parallel_tool_calls": True}
 

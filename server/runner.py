@@ -43,6 +43,7 @@ def apply_platform_defaults(settings: Settings) -> dict[str, Any]:
 
 
 def build_state(settings: Settings) -> ServerState:
+    from chat_templates import BUILTIN_TEMPLATES
     from reasoning_parsers import get_reasoning_parser
     from tool_parsers import detect_tool_parser, get_tool_parser
 
@@ -80,8 +81,9 @@ def build_state(settings: Settings) -> ServerState:
         default=default_template,
     )
     parser_name = settings.tool_call_parser
-    if parser_name == "auto":
-        parser_name = detect_tool_parser(renderer.template_source)
+    if parser_name == "auto":  # a built-in template names its format; otherwise read the markers
+        parser_name = renderer.template_name if renderer.template_name in BUILTIN_TEMPLATES \
+            else detect_tool_parser(renderer.template_source)
     tool_parser = get_tool_parser(parser_name) if parser_name else None
     reasoning = get_reasoning_parser(settings.reasoning_parser) if settings.reasoning_parser else None
     vocab = engine.vllm.model_config.get_vocab_size()
