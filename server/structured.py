@@ -66,8 +66,8 @@ def _check_schema(state: ServerState, schema: Any, *, strict: bool, param: str) 
         where = "/" + "/".join(str(p) for p in exc.path) if exc.path else "/"
         raise bad_request(f"Invalid JSON Schema at {where}: {exc.message}", param=param,
                           code="invalid_schema") from exc
-    if strict:
-        _strict_check(schema, param=param)
+    if strict:  # judged on what is compiled: normalize_schema keeps every keyword at its pointer
+        _strict_check(normalize_schema(schema), param=param)
 
 
 def reasoning_spec(state: ServerState, req: Any) -> Any:
