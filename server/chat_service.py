@@ -103,15 +103,9 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     )
 
 
-def thinking_enabled(req: ChatCompletionRequest) -> bool:
-    """False when the request turned thinking off (``enable_thinking`` or ``reasoning_effort``)."""
-    kwargs = req.chat_template_kwargs or {}
-    return kwargs.get("enable_thinking", True) is not False and req.reasoning_effort != "none"
-
-
 def _new_stream(state: ServerState, p: PreparedChat, *, streaming: bool) -> MessageStream:
     reasoning = state.reasoning_parser
-    if reasoning is not None and not thinking_enabled(p.request):
+    if reasoning is not None and not p.request.thinking_enabled():
         from reasoning_parsers import get_reasoning_parser
 
         reasoning = get_reasoning_parser(reasoning.name, thinking=False)

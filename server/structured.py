@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from . import metrics
+from .protocol import ChatCompletionRequest
 from .schema_support import normalize_schema
 from .errors import bad_request
 from .state import ServerState
@@ -77,9 +78,8 @@ def reasoning_spec(state: ServerState, req: Any) -> Any:
     parser = state.reasoning_parser
     if parser is None:
         return None
-    kwargs = getattr(req, "chat_template_kwargs", None) or {}
-    if kwargs.get("enable_thinking", True) is False or getattr(req, "reasoning_effort", None) == "none":
-        return None
+    if not isinstance(req, ChatCompletionRequest) or not req.thinking_enabled():
+        return None  # text completions are not split into reasoning and answer
     return ReasoningSpec(start=parser.start, end=parser.end, starts_open=parser.starts_open,
                          required=state.settings.reasoning_required)
 
