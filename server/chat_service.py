@@ -163,9 +163,8 @@ def _final_message(state: ServerState, p: PreparedChat, choice: _Choice, checker
         for c in final.tool_calls
     ]
     checker.check(final, p.tool_schemas)
-    msg: dict[str, Any] = {"role": "assistant", "content": final.content if (final.content or not calls) else None}
-    if msg["content"] is None and not calls:
-        msg["content"] = ""
+    # OpenAI: content is null beside tool calls unless text came before them; "" for an empty answer.
+    msg: dict[str, Any] = {"role": "assistant", "content": final.content or (None if calls else "")}
     msg.update(_reasoning_fields(state, final.reasoning))
     msg["tool_calls"] = calls or None
     msg["refusal"] = None
