@@ -58,9 +58,11 @@ class ToolCallChecker:
                 log.warning("tool call %s has arguments that do not fit its schema", call.name)
             metrics.TOOL_CALLS.labels(self.parser, outcome).inc()
             outcomes.append(outcome)
-        for _ in getattr(final, "dropped", ()) or ():
+        for reason in final.dropped:
+            log.warning("tool call dropped: %s", reason)
             metrics.TOOL_CALLS.labels(self.parser, "unknown_name").inc()
-        for _ in getattr(final, "errors", ()) or ():
+        for reason in final.errors:
+            log.warning("tool call not parsed, returned as content: %s", reason)
             metrics.TOOL_CALLS.labels(self.parser, "unparsed").inc()
         return outcomes
 
