@@ -101,8 +101,13 @@ def _random_chunks(text: str, seed: int, most: int) -> list[str]:
 def _tokenizer() -> Any:
     model_dir = os.environ.get("GRAMSERVE_MODEL_DIR")
     if not model_dir or not Path(model_dir).is_dir():
-        return None
-    from transformers import AutoTokenizer  # only when a converted model is available
+        try:  # the embedded SmolLM2 (converted once, then cached): real token boundaries
+            from server.models import ensure_default_model
+
+            model_dir = str(ensure_default_model(progress=False))
+        except (ImportError, FileNotFoundError):
+            return None
+    from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
 
@@ -125,7 +130,7 @@ def _token_chunks(text: str) -> list[str] | None:
 
 def chunkings(text: str, given: Sequence[str] | None = None) -> dict[str, list[str]]:
     """Ways to cut ``text``: per character (every marker gets split), random sizes with a
-    fixed seed, per real token when ``GRAMSERVE_MODEL_DIR`` holds a tokenizer (otherwise
+    fixed seed, per real SmolLM2 token (``GRAMSERVE_MODEL_DIR`` or the embedded model; otherwise
     small random chunks), and the case's own deltas when it has them."""
     cuts = {
         "chars": list(text),
