@@ -23,7 +23,6 @@ serve: install
 	$(VENV)/bin/gramserve serve --host $(HOST) --port $(PORT) $(ARGS)
 
 test: install
-	bash scripts/install-deploy-tools.sh
 	$(VENV)/bin/gramserve prepare-model
 	$(PY) -m pytest $(PYTEST_ARGS)
 
