@@ -530,6 +530,29 @@ def _unevaluated_to_additional(node: dict[str, Any]) -> None:
         node.setdefault("items", value)
 
 
+# Calendar-exact RFC 3339 dates (leap years included; year 0000 excluded, as Python's
+# ``date.fromisoformat`` and so jsonschema's ``date`` checker do). xgrammar's own ``format``
+# grammar lets 2024-02-30 through; this regex is exact for ``date`` and, for ``date-time``,
+# a subset of RFC 3339 (upper-case T and Z, no leap second): never looser.
+_YEAR = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_MONTH_DAY = (r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+              r"|02-(?:0[1-9]|1[0-9]|2[0-8]))")
+DATE_REGEX = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+_TIME = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+DATE_TIME_REGEX = rf"{DATE_REGEX}T{_TIME}"
+_FORMAT_PATTERNS = {"date": DATE_REGEX, "date-time": DATE_TIME_REGEX}
+
+
+def _exact_dates(node: dict[str, Any]) -> None:
+    """``format: date`` / ``date-time`` on a declared string, without its own pattern: the
+    calendar-exact pattern instead (the grammar's format rule does not check the day)."""
+    fmt = node.get("format")
+    if fmt in _FORMAT_PATTERNS and node.get("type") == "string" and "pattern" not in node:
+        node.pop("format")
+        node["pattern"] = "^" + _FORMAT_PATTERNS[fmt] + "$"
+
+
 def normalize_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy with the same valid instances, rewritten so more of it is enforced exactly.
 
@@ -538,7 +561,8 @@ def normalize_schema(schema: dict[str, Any]) -> dict[str, Any]:
     required names missing from ``properties`` declared there (else not enforced); enum
     values violating sibling keywords removed (siblings of enum are ignored); and
     ``unevaluatedProperties`` / ``unevaluatedItems`` without applicators turned into
-    ``additionalProperties`` / ``items`` (the same meaning there; the former are ignored).
+    ``additionalProperties`` / ``items`` (the same meaning there; the former are ignored);
+    ``format: date`` / ``date-time`` on strings turned into calendar-exact patterns.
     """
     out = copy.deepcopy(schema)
     for node in list(_walk_schemas(out)):
@@ -555,4 +579,5 @@ def normalize_schema(schema: dict[str, Any]) -> dict[str, Any]:
         _unevaluated_to_additional(node)
         _declare_required(node)
         _filter_enum(node)
+        _exact_dates(node)
     return out
