@@ -1,8 +1,7 @@
 """Per-process server state: the engine and everything compiled once for it."""
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .config import Settings
@@ -22,18 +21,13 @@ class ServerState:
     draining: bool = False
     engine_dead: bool = False
     ready: bool = False
-    in_flight: int = 0
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    in_flight: int = 0  # generation requests being served (the drain waits for 0)
 
     def enter(self) -> None:
         self.in_flight += 1
-        self.idle.clear()
 
     def leave(self) -> None:
-        self.in_flight -= 1
-        if self.in_flight <= 0:
-            self.in_flight = 0
-            self.idle.set()
+        self.in_flight = max(0, self.in_flight - 1)
 
 
 def check_model(state: ServerState, model: str | None) -> None:
