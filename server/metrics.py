@@ -42,7 +42,7 @@ QUEUE_TIME = Histogram("gramserve_queue_time_seconds", "Time a request waited in
 PROMPT_TOKENS = Counter("gramserve_prompt_tokens", "Prompt tokens processed.")
 COMPLETION_TOKENS = Counter("gramserve_completion_tokens", "Completion tokens generated.")
 RUNNING = Gauge("gramserve_requests_running", "Generation requests in flight in this server.")
-WAITING = Gauge("gramserve_requests_waiting", "Requests waiting for a concurrency slot.")
+WAITING = Gauge("gramserve_requests_waiting", "Generation requests that have no token yet (queued in the engine or prefilling).")
 GRAMMAR_COMPILE = Histogram(
     "gramserve_grammar_compile_seconds", "Structured-output grammar compile time (cache misses).", buckets=_FAST + (10, 30)
 )
