@@ -78,8 +78,11 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     max_tokens = completion_budget(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),
                                    param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
                                    prompt_param="messages")
-    constraint, json_schema, strict = build_constraint(state, req, tools)
-    reasoning_budget = plan_reasoning_budget(state, req, tools=tools)
+    reasoning_budget = plan_reasoning_budget(state, req)
+    # Capped thinking runs the think block as its own engine phase: the request's constraint
+    # is then the answer alone, without the reasoning prefix.
+    constraint_req = req.model_copy(update={"reasoning_effort": "none"}) if reasoning_budget else req
+    constraint, json_schema, strict = build_constraint(state, constraint_req, tools)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     sampling = Sampling(
         max_tokens=max_tokens,

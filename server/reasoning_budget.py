@@ -8,8 +8,8 @@ chunk stream (the caller sees one request: same request id, one usage):
    block. The grammar forbids EOS inside the block, so a ``"stop"`` finish always means the
    model wrote the end marker itself; ``"length"`` means the cap was hit.
 2. **answer**: prompt + phase-1 text + end marker (re-tokenized, no special tokens), the
-   remaining budget, the user's ``stop`` strings and the answer constraint built as if
-   thinking were off (no reasoning prefix).
+   remaining budget, the user's ``stop`` strings and the request's constraint, which the
+   service builds as if thinking were off (no reasoning prefix) when a budget applies.
 
 Between the phases one chunk carrying the end marker is emitted, so the MessageStream
 sees ``reasoning</think>answer`` exactly as with a model that closed the block itself.
@@ -28,7 +28,7 @@ from .constraints import Constraint
 from .engine.base import GenerateRequest, TokenChunk
 from .errors import bad_request
 from .state import ServerState
-from .structured import build_constraint, reasoning_spec
+from .structured import reasoning_spec
 
 __all__ = ["ReasoningBudget", "plan_reasoning_budget", "budgeted_chunks"]
 
@@ -42,8 +42,7 @@ class ReasoningBudget:
     cap: int  # thinking tokens allowed after the start marker
     start: str  # what the output begins with ("" when the prompt already opened the block)
     end: str  # the end marker
-    think_constraint: Constraint  # phase 1: only the think block
-    answer_constraint: Constraint | None  # phase 2: the answer, without a reasoning prefix
+    think_constraint: Constraint  # phase 1: only the think block (phase 2 uses the request's)
 
 
 def requested_cap(state: ServerState, req: Any) -> int | None:
@@ -60,7 +59,7 @@ def think_block_constraint(start: str, end: str) -> Constraint:
     return Constraint("structural_tag", {"type": "structural_tag", "format": fmt})
 
 
-def plan_reasoning_budget(state: ServerState, req: Any, *, tools: list[dict[str, Any]] | None) -> ReasoningBudget | None:
+def plan_reasoning_budget(state: ServerState, req: Any) -> ReasoningBudget | None:
     """None when nothing is capped (no cap asked, or thinking off); 400 when a cap cannot apply."""
     cap = requested_cap(state, req)
     if cap is None:
@@ -77,7 +76,6 @@ def plan_reasoning_budget(state: ServerState, req: Any, *, tools: list[dict[str,
         raise bad_request("'max_reasoning_tokens' needs a think block the output surely starts with: use a "
                           "reasoning parser whose template opens the block, or start the server with "
                           "--reasoning-required.", param="max_reasoning_tokens")
-    answer, _, _ = build_constraint(state, req.model_copy(update={"reasoning_effort": "none"}), tools)
     think = think_block_constraint("" if spec.starts_open else spec.start, spec.end)
     if state.grammar_cache is not None:
         result = state.grammar_cache.compile(think)
@@ -85,7 +83,7 @@ def plan_reasoning_budget(state: ServerState, req: Any, *, tools: list[dict[str,
             raise bad_request(f"The think-block grammar could not be compiled: {result.error}",
                               param="max_reasoning_tokens", code="invalid_constraint")
     return ReasoningBudget(cap=cap, start="" if spec.starts_open else spec.start, end=spec.end,
-                           think_constraint=think, answer_constraint=answer)
+                           think_constraint=think)
 
 
 async def budgeted_chunks(state: ServerState, gen: GenerateRequest, budget: ReasoningBudget, *,
@@ -136,7 +134,7 @@ async def budgeted_chunks(state: ServerState, gen: GenerateRequest, budget: Reas
             yield TokenChunk(index=i, text="", num_tokens=0, finish_reason="length")
             continue
         answer = GenerateRequest(request_id=gen.request_id, prompt_token_ids=prompt,
-                                 sampling=replace(s, n=1, max_tokens=room), constraint=budget.answer_constraint)
+                                 sampling=replace(s, n=1, max_tokens=room), constraint=gen.constraint)
         async with contextlib.aclosing(run(state, answer)) as chunks:  # type: ignore[type-var]
             async for c in chunks:
                 yield replace(c, index=i, prompt_tokens=0, queue_seconds=None)

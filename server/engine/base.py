@@ -5,7 +5,7 @@ tests (``server.engine.fake``) both implement :class:`Engine`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Protocol, runtime_checkable
 
 __all__ = [

@@ -224,7 +224,7 @@ def test_chunks_feed_the_end_marker_once(make_app):
     assert [c.text for c in chunks] == ["abc", "de", END, "x", "y"]
     assert [c.finish_reason for c in chunks] == [None, None, None, None, "stop"]
     assert [c.num_tokens for c in chunks] == [3, 2, len(END), 1, 1]
-    assert p.reasoning_budget.answer_constraint is None  # plain chat: the answer is free text
+    assert p.gen.constraint is None  # plain chat: the answer is free text
     assert b.engine.requests[0].constraint == think_block_constraint("", END)
 
 
