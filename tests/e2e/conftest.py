@@ -1,6 +1,7 @@
 """One real server (real vLLM engine, real model, real port) shared by all e2e tests."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
@@ -69,14 +71,21 @@ class ServerProcess:
         return self.proc.returncode
 
 
-@pytest.fixture(scope="session")
-def server():
-    srv = ServerProcess(["--api-key", API_KEY, "--max-model-len", "2048"], log_name="main")
+@contextlib.contextmanager
+def serving(extra_args: list[str], *, log_name: str) -> Iterator[ServerProcess]:
+    """A ready server with the test API key; on exit SIGTERM must end it with status 0."""
+    srv = ServerProcess(["--api-key", API_KEY, "--max-model-len", "2048", *extra_args], log_name=log_name)
     seconds = srv.wait_ready()
-    print(f"\n[e2e] server ready in {seconds:.1f}s (process start to /health 200)")
+    print(f"\n[e2e] {log_name} server ready in {seconds:.1f}s (process start to /health 200)")
     yield srv
     code = srv.stop()
-    assert code == 0, f"server exited {code} on SIGTERM; log:\n{srv.tail()}"
+    assert code == 0, f"{log_name} server exited {code} on SIGTERM; log:\n{srv.tail()}"
+
+
+@pytest.fixture(scope="session")
+def server():
+    with serving([], log_name="main") as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

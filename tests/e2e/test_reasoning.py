@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 
 from tests.sse_validator import validate_sse
 
-from .conftest import API_KEY, ServerProcess
+from .conftest import API_KEY, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -47,13 +47,8 @@ TOOL_REQ: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def reasoning_server():
-    srv = ServerProcess(["--api-key", API_KEY, "--max-model-len", "2048", "--reasoning-parser", "qwen3",
-                         "--reasoning-required"], log_name="reasoning")
-    seconds = srv.wait_ready()
-    print(f"\n[e2e] reasoning server ready in {seconds:.1f}s")
-    yield srv
-    code = srv.stop()
-    assert code == 0, f"reasoning server exited {code} on SIGTERM; log:\n{srv.tail()}"
+    with serving(["--reasoning-parser", "qwen3", "--reasoning-required"], log_name="reasoning") as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
