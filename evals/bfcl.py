@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -33,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from evals.data import testdata_root
 
 __all__ = [
     "Call",
@@ -48,7 +49,7 @@ __all__ = [
     "main",
 ]
 
-DEFAULT_DATA = Path(os.environ.get("GRAMSERVE_TESTDATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "testdata")) / "bfcl"
+DEFAULT_DATA = testdata_root() / "bfcl"
 IRRELEVANCE = ("irrelevance", "live_irrelevance")
 
 

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evals.data import testdata_root
+
 import jsonschema
 
 __all__ = [
@@ -57,7 +59,7 @@ __all__ = [
 ]
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO / ".." / "shared" / "testdata" / "jsonschemabench"
+DEFAULT_DATA = testdata_root() / "jsonschemabench"
 
 #: 400 codes that say nothing about the schema (context length, request shape): reported as
 #: errors, not counted against declared coverage. Every other 400 is a refusal of the schema.

@@ -36,6 +36,8 @@ from typing import Any, Iterable, Iterator
 import jsonschema
 import xgrammar as xgr
 
+from evals.data import testdata_root
+
 __all__ = [
     "Case",
     "CaseResult",
@@ -52,12 +54,6 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parents[1]
 _XGR_VERSION = importlib.metadata.version("xgrammar")
-
-
-def testdata_root() -> Path:
-    """Shared test data: $GRAMSERVE_TESTDATA or ../shared/testdata beside the repo."""
-    env = os.environ.get("GRAMSERVE_TESTDATA")
-    return Path(env) if env else (REPO / ".." / "shared" / "testdata").resolve()
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,10 @@ from typing import Iterator
 import httpx
 import pytest
 
+from tests.testdata import testdata_root
+
 ROOT = Path(__file__).resolve().parents[2]
-TESTDATA = Path(os.environ.get("GRAMSERVE_TESTDATA", ROOT.parent / "shared" / "testdata"))
+TESTDATA = testdata_root()
 API_KEY = "test-key-1"
 
 

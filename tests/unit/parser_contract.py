@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from tests.testdata import testdata_root
 from server.stream import FinalMessage, MessageDelta, MessageStream
 
 __all__ = [
@@ -27,10 +28,7 @@ __all__ = [
     "check_agree",
 ]
 
-TESTDATA = Path(
-    os.environ.get("GRAMSERVE_TESTDATA")
-    or Path(__file__).resolve().parents[2] / ".." / "shared" / "testdata"
-)
+TESTDATA = testdata_root()
 
 
 def load_cases(prefixes: Sequence[str]) -> list[dict[str, Any]]:

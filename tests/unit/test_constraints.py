@@ -25,11 +25,12 @@ from server.constraints import (
     vllm_json_refusal,
 )
 from server.grammar_cache import CompileResult, GrammarCache, compile_constraint, tokenizer_info_from_hf
+from tests.testdata import testdata_root
 from tool_parsers import TOOL_PARSERS, get_tool_parser
 
 xgr = pytest.importorskip("xgrammar")
 
-TESTDATA = Path(os.environ.get("GRAMSERVE_TESTDATA") or Path(__file__).resolve().parents[2] / ".." / "shared" / "testdata")
+TESTDATA = testdata_root()
 
 
 def _load_tokenizer() -> Any:

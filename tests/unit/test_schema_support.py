@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from evals.schema_keywords import Matcher, evaluate_case, load_bench, load_test_suite  # noqa: E402
-from evals.schema_keywords import testdata_root as _testdata_root  # noqa: E402
+from tests.testdata import testdata_root  # noqa: E402
 from server.schema_support import (  # noqa: E402
     ANNOTATION,
     EXACT,
@@ -26,18 +26,16 @@ from server.schema_support import (  # noqa: E402
     normalize_schema,
 )
 
-HAVE_DATA = (_testdata_root() / "json_schema_test_suite").is_dir()
 
 
 def _levels(schema: dict, **kw) -> dict[tuple[str, str], str]:
     return {(e.pointer, e.keyword): e.level for e in analyze_schema(schema, **kw).entries}
 
 
-@pytest.mark.skipif(not HAVE_DATA, reason="shared testdata not present")
 @pytest.mark.parametrize("strict_mode", [False, True], ids=["xgr_strict_mode=False", "xgr_strict_mode=True"])
 def test_strict_accepted_schemas_are_never_too_loose(strict_mode: bool, capsys: pytest.CaptureFixture) -> None:
-    # The whole test suite (every keyword file) and every JSONSchemaBench sample: ~7 s a mode.
-    cases = load_test_suite() + load_bench()
+    # The whole test suite (every keyword file) and the vendored JSONSchemaBench sample.
+    cases = load_test_suite(testdata_root()) + load_bench(testdata_root())
     accepted = too_loose = too_strict = order_only = rejected = 0
     loose_cases: list[str] = []
     label_fixes: list[str] = []
@@ -62,7 +60,8 @@ def test_strict_accepted_schemas_are_never_too_loose(strict_mode: bool, capsys: 
             f"{accepted} accepted under strict, {rejected} compile-rejected, too_loose={too_loose}, "
             f"too_strict={too_strict}, order_only={order_only}, label disagreements={len(label_fixes)}"
         )
-    assert accepted > 300
+    # The vendored sample: 184 of 484 accepted (the full shared sample: 492 of 868).
+    assert accepted > len(cases) // 3, (accepted, len(cases))
     assert too_loose == 0, loose_cases
 
 

@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.testdata import testdata
 from tests.sse_validator import StreamProblem, validate_sse
 
-TESTDATA = Path(os.environ.get("GRAMSERVE_TESTDATA", Path(__file__).resolve().parents[3] / "shared" / "testdata"))
-RECORDED = sorted((TESTDATA / "openai_sse").glob("*.sse"))
+RECORDED = sorted(testdata("openai_sse").glob("*.sse"))
+assert len(RECORDED) >= 12, "the recorded OpenAI streams are vendored in tests/data/openai_sse"
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
