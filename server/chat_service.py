@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from .engine.base import EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
+from .engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
 from .errors import APIError, bad_request
 from .generation import GenerationTimer, completion_budget
 from .output_checks import ToolCallChecker, validate_json_output
@@ -176,15 +176,25 @@ def _final_message(state: ServerState, p: PreparedChat, choice: _Choice, checker
 
 async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncIterator[TokenChunk]:
     """The engine's chunks, with engine failures mapped to API errors."""
+    state.running.add(gen.request_id)
     try:
         async for c in state.engine.generate(gen):
             yield c
+    except EngineAbortedError as exc:
+        if state.cut:
+            raise APIError("The server is shutting down and cut this response before it finished; retry the "
+                           "request on another replica.", status=503, type="server_error",
+                           code="server_shutdown") from exc
+        raise APIError("The request was aborted before it finished.", status=503, type="server_error",
+                       code="aborted") from exc
     except EngineRequestError as exc:
         raise bad_request(f"The engine rejected the request: {exc}") from exc
     except EngineDeadError as exc:
         state.engine_dead = True
         raise APIError("The engine is not running; retry on another replica.", status=503,
                        type="server_error", code="engine_dead") from exc
+    finally:
+        state.running.discard(gen.request_id)
 
 
 def _engine_chunks(state: ServerState, p: PreparedChat) -> AsyncIterator[TokenChunk]:

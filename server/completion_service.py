@@ -7,6 +7,7 @@ from typing import Any, AsyncIterator
 
 from .chat_service import run_engine
 from .engine.base import GenerateRequest, Sampling, TokenLogprob
+from .errors import bad_request
 from .generation import GenerationTimer, completion_budget
 from .protocol import CompletionRequest, usage_dict
 from .sse import DONE, chunk, sse_event
@@ -24,6 +25,11 @@ def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[str, list
         return [(p, list(tok.encode(p, add_special_tokens=False)))]
     if all(isinstance(x, int) for x in p):
         ids = [int(x) for x in p]
+        vocab = len(tok)
+        bad = [x for x in ids if not 0 <= x < vocab]
+        if bad:
+            raise bad_request(f"prompt has token ids outside this model's vocabulary (0..{vocab - 1}): "
+                              f"{bad[:5]}.", param="prompt", code="invalid_value")
         return [(tok.decode(ids), ids)]
     return [(s, list(tok.encode(s, add_special_tokens=False))) for s in p]
 

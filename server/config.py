@@ -44,6 +44,7 @@ class Settings:
     seed: int = 0
     max_concurrent_requests: int = 0  # 0: unlimited
     max_request_bytes: int = 4 * 1024 * 1024
+    max_header_bytes: int = 32 * 1024
     max_tools: int = 128
     max_schema_bytes: int = 256 * 1024
     max_schema_depth: int = 64
@@ -51,6 +52,7 @@ class Settings:
     precompile: str | None = None
     grammar_compile_timeout: float = 30.0
     grammar_cache_size: int = 512
+    grammar_cache_mb: int = 256  # xgrammar's compiled-grammar cache, front end and engine each
     cors_origins: tuple[str, ...] = ()
     log_prompts: bool = False
     trust_remote_code: bool = False
@@ -110,11 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=0)
     add("--max-concurrent-requests", type=int, default=0, help="beyond this, answer 429 (0: unlimited)")
     add("--max-request-bytes", type=int, default=4 * 1024 * 1024)
+    add("--max-header-bytes", type=int, default=32 * 1024, help="larger request headers get 431")
     add("--max-tools", type=int, default=128)
     add("--max-schema-bytes", type=int, default=256 * 1024)
     add("--drain-timeout", type=float, default=30.0, help="seconds to finish in-flight requests on SIGTERM")
     add("--precompile", help="JSON file: list of schemas / tool lists to compile before /health turns ready")
     add("--grammar-compile-timeout", type=float, default=30.0)
+    add("--grammar-cache-mb", type=int, default=256,
+        help="memory bound of the compiled-grammar cache (MiB), in the API process and in the engine each")
     add("--cors-origin", action="append", default=[], help="allowed CORS origin; repeat for several")
     add("--log-prompts", action="store_true", help="include prompts in logs (off by default)")
     add("--trust-remote-code", action="store_true")
@@ -166,11 +171,13 @@ def settings_from_args(argv: list[str] | None = None) -> Settings:
         seed=ns.seed,
         max_concurrent_requests=ns.max_concurrent_requests,
         max_request_bytes=ns.max_request_bytes,
+        max_header_bytes=ns.max_header_bytes,
         max_tools=ns.max_tools,
         max_schema_bytes=ns.max_schema_bytes,
         drain_timeout=ns.drain_timeout,
         precompile=ns.precompile,
         grammar_compile_timeout=ns.grammar_compile_timeout,
+        grammar_cache_mb=ns.grammar_cache_mb,
         cors_origins=tuple(ns.cors_origin or ()),
         log_prompts=ns.log_prompts,
         trust_remote_code=ns.trust_remote_code,

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 __all__ = [
     "APIError",
+    "ClientGone",
     "bad_request",
     "error_body",
     "install_error_handlers",
@@ -53,6 +54,14 @@ class APIError(Exception):
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+class ClientGone(APIError):
+    """The client closed the connection before its answer was ready. Nobody reads the body;
+    status 499 (nginx's "client closed request") keeps the request metrics honest."""
+
+    def __init__(self) -> None:
+        super().__init__("The client closed the connection.", status=499, code="client_closed_request")
 
 
 def error_body(message: str, *, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:

@@ -90,6 +90,7 @@ class GrammarCache:
         compile_timeout_s: float = 10.0,
         disable_any_whitespace: bool = False,
         max_stuck: int = 4,
+        cache_limit_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         self._info_source = tokenizer_info
         self._compiler: Any = None
@@ -97,6 +98,7 @@ class GrammarCache:
         self.compile_timeout_s = compile_timeout_s
         self.disable_any_whitespace = disable_any_whitespace
         self.max_stuck = max_stuck
+        self.cache_limit_bytes = cache_limit_bytes
         self._entries: OrderedDict[str, CompileResult] = OrderedDict()
         self._inflight: dict[str, Future[CompileResult]] = {}
         self._lock = threading.Lock()
@@ -115,7 +117,9 @@ class GrammarCache:
                 info = self._info_source
                 if not isinstance(info, xgr.TokenizerInfo):
                     info = info()
-                self._compiler = xgr.GrammarCompiler(info, max_threads=8, cache_enabled=True)
+                # Bounded: xgrammar's own cache of compiled grammars is unlimited by default.
+                self._compiler = xgr.GrammarCompiler(info, max_threads=8, cache_enabled=True,
+                                                     cache_limit_bytes=self.cache_limit_bytes)
             return self._compiler
 
     def __len__(self) -> int:

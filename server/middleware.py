@@ -8,6 +8,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 import time
 import uuid
 from typing import Any, Awaitable, Callable
@@ -27,6 +28,14 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 _GENERATION = ("/v1/chat/completions", "/v1/completions")
 _KNOWN = _GENERATION + ("/v1/models", "/health", "/metrics", "/v1/schemas/check")
 _OPEN = ("/health",)
+
+
+_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
+
+
+def _request_id(given: bytes) -> str:
+    """The client's X-Request-Id when it is a plain token, else a fresh one (never echo odd bytes)."""
+    return given.decode("ascii") if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
 
 
 def _endpoint(path: str) -> str:
@@ -74,8 +83,9 @@ class GatewayMiddleware:
         st = self.state
         path = scope["path"]
         endpoint = _endpoint(path)
-        headers = dict(scope.get("headers") or [])
-        rid = headers.get(b"x-request-id", b"").decode("latin-1")[:128] or uuid.uuid4().hex
+        raw_headers = scope.get("headers") or []
+        headers = dict(raw_headers)
+        rid = _request_id(headers.get(b"x-request-id", b""))
         scope.setdefault("state", {})["request_id"] = rid
         started = time.perf_counter()
         status_holder = {"status": 500}
@@ -94,6 +104,12 @@ class GatewayMiddleware:
         generation = path in _GENERATION and scope["method"] == "POST"
         counted = False
         try:
+            header_bytes = sum(len(k) + len(v) + 4 for k, v in raw_headers)
+            if header_bytes > st.settings.max_header_bytes:
+                await reply(431, f"Request headers too large: {header_bytes} bytes (limit "
+                            f"{st.settings.max_header_bytes}).", type="invalid_request_error",
+                            code="headers_too_large")
+                return
             if not self._authorized(scope):
                 await reply(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.",
                             type="invalid_request_error", code="invalid_api_key")
@@ -142,10 +158,6 @@ class GatewayMiddleware:
                 metrics.REQUEST_DURATION.labels(endpoint).observe(elapsed)
             log.info("request", extra={"request_id": rid, "method": scope["method"], "path": path,
                                        "status": status_holder["status"], "duration_s": round(elapsed, 4)})
-
-
-class _BodyTooLarge(Exception):
-    pass
 
 
 def _capped(receive: Receive, limit: int) -> Receive:

@@ -14,6 +14,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from .schema_refs import local_validator
+
 from . import metrics
 
 __all__ = ["ToolCallChecker", "validate_json_output", "schema_validator"]
@@ -21,9 +23,10 @@ __all__ = ["ToolCallChecker", "validate_json_output", "schema_validator"]
 log = logging.getLogger("gramserve.checks")
 
 
-@lru_cache(maxsize=512)
+@lru_cache(maxsize=128)
 def _validator(schema_json: str) -> Draft202012Validator:
-    return Draft202012Validator(json.loads(schema_json), format_checker=Draft202012Validator.FORMAT_CHECKER)
+    # An empty registry: a $ref is never fetched (no network, no file system).
+    return local_validator(json.loads(schema_json))
 
 
 def schema_validator(schema: dict[str, Any]) -> Draft202012Validator:

@@ -119,7 +119,8 @@ class _SamplingFields(_Lenient):
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     n: int = Field(default=1, ge=1, le=16)
-    seed: int | None = None
+    # What vLLM and torch accept (the OpenAI API documents a 64-bit integer).
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     stop: str | list[str] | None = None
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
@@ -134,8 +135,10 @@ class _SamplingFields(_Lenient):
     def _stop(cls, v: str | list[str] | None) -> str | list[str] | None:
         if isinstance(v, list) and len(v) > 4:
             raise ValueError("at most 4 stop sequences are allowed")
-        if isinstance(v, list) and any(not s for s in v):
+        if v == "" or (isinstance(v, list) and any(not s for s in v)):
             raise ValueError("stop sequences must be non-empty strings")
+        if any(len(s) > 1024 for s in ([v] if isinstance(v, str) else v or [])):
+            raise ValueError("a stop sequence may be at most 1024 characters")
         return v
 
     def stop_list(self) -> tuple[str, ...]:
@@ -176,6 +179,26 @@ class ChatCompletionRequest(_SamplingFields):
                 raise ValueError(f"tool names must be unique; repeated: {', '.join(dupes)}")
         return v
 
+    @field_validator("messages")
+    @classmethod
+    def _tool_results_answer_calls(cls, v: list[ChatMessage]) -> list[ChatMessage]:
+        """A tool result must answer a call an earlier assistant message made (when ids are given)."""
+        seen: set[str] = set()
+        calls = 0
+        for i, m in enumerate(v):
+            for call in m.tool_calls or ():
+                calls += 1
+                if call.id:
+                    seen.add(call.id)
+            if m.role == "tool" and not calls:
+                raise ValueError(f"messages[{i}] is a tool result, but no earlier assistant message has 'tool_calls'")
+            if m.role == "tool" and seen and m.tool_call_id not in seen:
+                raise ValueError(
+                    f"messages[{i}] answers tool_call_id {m.tool_call_id!r}, which no earlier assistant "
+                    "tool call has; send the assistant message with that call first"
+                )
+        return v
+
     @model_validator(mode="after")
     def _alias_budget(self) -> "ChatCompletionRequest":
         if self.max_reasoning_tokens is None and self.thinking_token_budget is not None:
@@ -196,7 +219,7 @@ class CompletionRequest(_SamplingFields):
     max_tokens: int | None = Field(default=16, ge=1)
     logprobs: int | None = Field(default=None, ge=0, le=5)
     echo: bool = False
-    suffix: str | None = None
+    suffix: str | None = None  # refused below: no fill-in-the-middle template
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
 
@@ -207,6 +230,17 @@ class CompletionRequest(_SamplingFields):
             raise ValueError("prompt must not be empty")
         if isinstance(v, str) and v == "":
             raise ValueError("prompt must not be empty")
+        if isinstance(v, list) and any(isinstance(p, str) and p == "" for p in v):
+            raise ValueError("prompt must not contain an empty string")
+        if isinstance(v, list) and any(isinstance(p, int) and p < 0 for p in v):
+            raise ValueError("token ids must be non-negative")
+        return v
+
+    @field_validator("suffix")
+    @classmethod
+    def _suffix(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("this model has no fill-in-the-middle support; remove 'suffix'")
         return v
 
 

@@ -2,7 +2,8 @@
 
 On SIGTERM/SIGINT the server stops taking generation requests (503, ``/health``
 503), lets in-flight requests finish for up to ``--drain-timeout`` seconds, then
-exits 0. If the engine dies, ``/health`` turns 503 at once and the process exits
+exits 0. Requests still running at that limit are aborted and their clients told so
+(an SSE error event and ``[DONE]``, or a 503), and the exit status is 4. If the engine dies, ``/health`` turns 503 at once and the process exits
 non-zero so the orchestrator restarts it.
 """
 from __future__ import annotations
@@ -25,19 +26,28 @@ __all__ = ["serve", "build_state", "apply_platform_defaults"]
 log = logging.getLogger("gramserve")
 
 EXIT_ENGINE_DEAD = 3
+EXIT_DRAIN_CUT = 4  # SIGTERM's drain limit passed with requests unfinished
+CUT_GRACE_S = 5.0  # after aborting, time for the cut responses to reach their clients
 
 
 def apply_platform_defaults(settings: Settings) -> dict[str, Any]:
     """Engine options with CPU-sane defaults where the user gave none."""
     cpu = is_cpu_only()
+    os.environ["VLLM_XGRAMMAR_CACHE_MB"] = str(settings.grammar_cache_mb)  # the engine's own cache
     if cpu:
         space = settings.kv_cache_space_gib or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(space) if float(space).is_integer() else space)
+    max_model_len = settings.max_model_len or (4096 if cpu else None)
     return {
         "cpu": cpu,
+        # CPU: a prompt prefilled in chunks discards the partial step's sample, and vLLM then rewinds
+        # the request's seeded generator, which torch's CPU generator cannot do ("CPU Generator does
+        # not use offset"): the engine dies. Whole prompts only; every prompt fits one step.
+        "enable_chunked_prefill": False if cpu else None,
+        "max_num_batched_tokens": max(max_model_len, 2048) if cpu else None,
         "enforce_eager": settings.enforce_eager if settings.enforce_eager is not None else cpu,
         "gpu_memory_utilization": settings.gpu_memory_utilization or (0.1 if cpu else 0.9),
-        "max_model_len": settings.max_model_len or (4096 if cpu else None),
+        "max_model_len": max_model_len,
         "dtype": settings.dtype if settings.dtype != "auto" or not cpu else "bfloat16",
     }
 
@@ -73,6 +83,8 @@ def build_state(settings: Settings) -> ServerState:
         seed=settings.seed,
         max_num_seqs=settings.max_num_seqs,
         trust_remote_code=settings.trust_remote_code,
+        enable_chunked_prefill=defaults["enable_chunked_prefill"],
+        max_num_batched_tokens=defaults["max_num_batched_tokens"],
     ))
     log.info("engine ready", extra={"seconds": round(time.perf_counter() - t0, 1), "model": model})
     renderer = ChatRenderer.from_model(
@@ -89,6 +101,7 @@ def build_state(settings: Settings) -> ServerState:
     vocab = engine.vllm.model_config.get_vocab_size()
     cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer, vocab_size=vocab), max_entries=settings.grammar_cache_size,
                          compile_timeout_s=settings.grammar_compile_timeout,
+                         cache_limit_bytes=settings.grammar_cache_mb * 1024 * 1024,
                          disable_any_whitespace=True)  # as the engine compiles (compact JSON)
     return ServerState(settings=settings, engine=engine, renderer=renderer, grammar_cache=cache,
                        tool_parser=tool_parser, reasoning_parser=reasoning)
@@ -111,12 +124,23 @@ class _Server(uvicorn.Server):
         asyncio.ensure_future(self._drain())
 
     async def _drain(self) -> None:
-        deadline = time.monotonic() + self.gs.settings.drain_timeout
-        while self.gs.in_flight > 0 and time.monotonic() < deadline:
+        gs = self.gs
+        deadline = time.monotonic() + gs.settings.drain_timeout
+        while gs.in_flight > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        if gs.in_flight > 0:
+            # Drain limit: abort what still runs; each client gets an error (an SSE error event and
+            # [DONE], or a 503) instead of a silently cut connection, and the exit status says so.
+            gs.cut = True
+            log.warning("drain limit reached; cutting in-flight requests", extra={"in_flight": gs.in_flight})
+            for rid in list(gs.running):
+                await gs.engine.abort(rid)
+            grace = time.monotonic() + CUT_GRACE_S
+            while gs.in_flight > 0 and time.monotonic() < grace:
+                await asyncio.sleep(0.05)
         self.should_exit = True
-        if self.gs.in_flight > 0:
-            self.force_exit = True  # drain timeout: cut the remaining streams
+        if gs.in_flight > 0:
+            self.force_exit = True
 
 
 async def _watch_engine(state: ServerState, server: _Server) -> None:
@@ -154,7 +178,9 @@ async def _serve(settings: Settings) -> int:
     finally:
         watcher.cancel()
         await state.engine.shutdown()
-    return EXIT_ENGINE_DEAD if state.engine_dead else 0
+    if state.engine_dead:
+        return EXIT_ENGINE_DEAD
+    return EXIT_DRAIN_CUT if state.cut else 0
 
 
 def serve(settings: Settings) -> int:

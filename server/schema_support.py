@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from .schema_refs import local_validator
+
 __all__ = [
     "EXACT",
     "LOOSE",
@@ -262,7 +264,6 @@ def _enum_values(schema: dict[str, Any]) -> list[Any] | None:
 
 def _enum_covers(values: list[Any], schema: dict[str, Any], keyword: str) -> bool:
     """Whether every enum/const value satisfies ``keyword`` (then ignoring it loses nothing)."""
-    import jsonschema
 
     sub = {keyword: schema[keyword]}
     if keyword in ("minContains", "maxContains") and "contains" in schema:
@@ -270,7 +271,7 @@ def _enum_covers(values: list[Any], schema: dict[str, Any], keyword: str) -> boo
     if "$ref" in json.dumps(sub):
         return False
     try:
-        v = jsonschema.Draft202012Validator(sub, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        v = local_validator(sub)
         return all(v.is_valid(x) for x in values)
     except Exception:  # noqa: BLE001 - an odd keyword value: not provably covered
         return False
@@ -502,7 +503,6 @@ def _declare_required(node: dict[str, Any]) -> None:
 
 
 def _filter_enum(node: dict[str, Any]) -> None:
-    import jsonschema
 
     values = node.get("enum")
     if not isinstance(values, list):
@@ -511,7 +511,7 @@ def _filter_enum(node: dict[str, Any]) -> None:
     if not rest or "$ref" in json.dumps(rest):
         return
     try:
-        v = jsonschema.Draft202012Validator(rest, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+        v = local_validator(rest)
         kept = [x for x in values if v.is_valid(x)]
     except Exception:  # noqa: BLE001 - leave an odd schema alone
         return

@@ -1,7 +1,7 @@
 """Per-process server state: the engine and everything compiled once for it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .config import Settings
@@ -22,6 +22,8 @@ class ServerState:
     engine_dead: bool = False
     ready: bool = False
     in_flight: int = 0  # generation requests being served (the drain waits for 0)
+    running: set[str] = field(default_factory=set)  # engine request ids now generating
+    cut: bool = False  # the drain limit passed: running requests were aborted and reported so
 
     def enter(self) -> None:
         self.in_flight += 1

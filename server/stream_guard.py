@@ -7,18 +7,21 @@ closes the stream would otherwise cancel the abort too.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from typing import AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 import anyio
 
 from . import metrics
-from .errors import APIError, error_body
+from .errors import APIError, ClientGone, error_body
 from .sse import DONE, sse_event
 from .state import ServerState
 
-__all__ = ["abort_shielded", "guarded_stream"]
+__all__ = ["abort_shielded", "guarded_stream", "ClientGone", "unless_disconnected"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("gramserve.stream")
 
@@ -54,3 +57,33 @@ async def abort_shielded(state: ServerState, request_ids: Iterable[str]) -> None
         for rid in request_ids:
             await state.engine.abort(rid)
 
+
+
+async def unless_disconnected(work: Awaitable[T], receive: Callable[[], Awaitable[dict[str, Any]]]) -> T:
+    """Await ``work`` (a non-streamed answer), cancelling it when the client disconnects.
+
+    ``receive`` is the ASGI receive channel after the body was read: its next message is
+    ``http.disconnect``. Cancelling ``work`` runs its cleanup, which aborts the engine request,
+    so a departed client stops holding a generation slot.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    metrics.CLIENT_DISCONNECTS.inc()
+    raise ClientGone()

@@ -19,7 +19,9 @@ from .schema_support import normalize_schema
 from .errors import bad_request
 from .state import ServerState
 
-__all__ = ["build_constraint", "schema_limits"]
+__all__ = ["build_constraint", "schema_limits", "constraint_limits", "MAX_CHOICES"]
+
+MAX_CHOICES = 1024  # a choice list is a grammar of alternatives: beyond this it is a schema's job
 
 
 def _depth(node: Any, limit: int, level: int = 0) -> int:
@@ -33,14 +35,40 @@ def _depth(node: Any, limit: int, level: int = 0) -> int:
 
 
 def schema_limits(state: ServerState, schema: Any, *, param: str) -> None:
+    """Every user schema passes here: size and depth caps, and ``$ref`` only inside the document."""
+    from .schema_refs import RefProblem, check_refs
+
     s = state.settings
+    if _depth(schema, s.max_schema_depth) > s.max_schema_depth:
+        raise bad_request(f"Schema nested too deeply (limit {s.max_schema_depth} levels).", param=param,
+                          code="schema_too_deep")
     size = len(json.dumps(schema))
     if size > s.max_schema_bytes:
         raise bad_request(f"Schema too large: {size} bytes (limit {s.max_schema_bytes}).", param=param,
                           code="schema_too_large")
-    if _depth(schema, s.max_schema_depth) > s.max_schema_depth:
-        raise bad_request(f"Schema nested too deeply (limit {s.max_schema_depth} levels).", param=param,
-                          code="schema_too_deep")
+    try:
+        check_refs(schema)
+    except RefProblem as exc:
+        raise bad_request(f"Invalid $ref: {exc}", param=param, code="invalid_schema") from None
+
+
+def constraint_limits(state: ServerState, so: dict[str, Any] | None) -> None:
+    """Size caps on ``structured_outputs`` choice / regex / grammar (the schema cap, in bytes)."""
+    if not so:
+        return
+    limit = state.settings.max_schema_bytes
+    for key in ("regex", "grammar"):
+        value = so.get(key)
+        if isinstance(value, str) and len(value.encode("utf-8", "surrogatepass")) > limit:
+            raise bad_request(f"structured_outputs.{key} too large: {len(value)} characters (limit {limit} bytes).",
+                              param=f"structured_outputs.{key}", code="schema_too_large")
+    choice = so.get("choice")
+    if isinstance(choice, list):
+        size = sum(len(c.encode("utf-8", "surrogatepass")) + 3 for c in choice)
+        if len(choice) > MAX_CHOICES or size > limit:
+            raise bad_request(f"structured_outputs.choice too large: {len(choice)} choices, {size} bytes (limit "
+                              f"{MAX_CHOICES} choices, {limit} bytes).", param="structured_outputs.choice",
+                              code="schema_too_large")
 
 
 def _strict_check(schema: dict[str, Any], *, param: str) -> None:
@@ -90,6 +118,7 @@ def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] |
 
     rf = req.response_format.model_dump(by_alias=True, exclude_none=True) if req.response_format else None
     so = req.structured_outputs.model_dump(by_alias=True, exclude_none=True) if req.structured_outputs else None
+    constraint_limits(state, so)
     schema: dict | None = None
     strict = False
     if rf and rf.get("type") == "json_schema":

@@ -24,6 +24,10 @@ class EngineDeadError(RuntimeError):
     """The engine process died; the server must report 503 and exit."""
 
 
+class EngineAbortedError(RuntimeError):
+    """The engine stopped a request before it finished (an abort: shutdown cut, client gone)."""
+
+
 class EngineRequestError(ValueError):
     """The engine refused a request (bad parameter it alone can check)."""
 

@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-from .base import EngineDeadError, GenerateRequest, TokenChunk, TokenLogprob
+from .base import EngineAbortedError, EngineDeadError, GenerateRequest, TokenChunk, TokenLogprob
 
 __all__ = ["FakeEngine", "CharTokenizer"]
 
@@ -22,6 +22,9 @@ class CharTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return "".join(chr(i) for i in ids)
+
+    def __len__(self) -> int:
+        return 0x110000
 
 
 Script = Callable[[GenerateRequest], list[str]]
@@ -51,6 +54,8 @@ class FakeEngine:
                     await asyncio.sleep(self.delay)
                 if self.dead:
                     raise EngineDeadError("fake engine died mid-request")
+                if req.request_id in self.aborted:  # as vLLM: an aborted request ends with an abort
+                    raise EngineAbortedError(f"request {req.request_id} was aborted")
                 ntok = len(piece)
                 if ntok >= budget:
                     piece, ntok = piece[:budget], budget

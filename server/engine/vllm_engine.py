@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from .base import (
+    EngineAbortedError,
     EngineDeadError,
     EngineRequestError,
     GenerateRequest,
@@ -40,6 +41,8 @@ class EngineOptions:
     max_logprobs: int = 20
     trust_remote_code: bool = False
     tokenizer: str | None = None
+    enable_chunked_prefill: bool | None = None  # None: vLLM's default
+    max_num_batched_tokens: int | None = None
 
 
 class VllmEngine:
@@ -65,6 +68,8 @@ class VllmEngine:
             max_num_seqs=options.max_num_seqs,
             max_logprobs=options.max_logprobs,
             trust_remote_code=options.trust_remote_code,
+            enable_chunked_prefill=options.enable_chunked_prefill,
+            max_num_batched_tokens=options.max_num_batched_tokens,
             # Compact JSON: no free whitespace for a small model to loop in.
             structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
             generation_config="vllm",  # our defaults, not the model's sampling overrides
@@ -103,6 +108,8 @@ class VllmEngine:
             async for out in self._llm.generate(prompt, params, req.request_id):
                 queue = _queue_seconds(out)
                 for c in out.outputs:
+                    if c.finish_reason == "abort":  # never reported as a normal stop
+                        raise EngineAbortedError(f"request {req.request_id} was aborted")
                     yield TokenChunk(
                         index=c.index,
                         text=c.text,

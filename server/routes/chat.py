@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..chat_service import chat_response, chat_stream, prepare_chat
 from ..protocol import ChatCompletionRequest
+from ..stream_guard import unless_disconnected
 from ._body import parse_body
 
 __all__ = ["router"]
@@ -24,5 +25,5 @@ async def create_chat_completion(request: Request):
     prepared = await asyncio.to_thread(prepare_chat, state, req)  # render + grammar compile off the loop
     if req.stream:
         return StreamingResponse(chat_stream(state, prepared), media_type="text/event-stream", headers=SSE_HEADERS)
-    body, headers = await chat_response(state, prepared)
+    body, headers = await unless_disconnected(chat_response(state, prepared), request.receive)
     return JSONResponse(body, headers=headers)

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ..completion_service import completion_response, completion_stream, prepare_completion
 from ..protocol import CompletionRequest
+from ..stream_guard import unless_disconnected
 from ._body import parse_body
 from .chat import SSE_HEADERS
 
@@ -24,4 +25,4 @@ async def create_completion(request: Request):
     if req.stream:
         return StreamingResponse(completion_stream(state, req, jobs), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
-    return JSONResponse(await completion_response(state, req, jobs))
+    return JSONResponse(await unless_disconnected(completion_response(state, req, jobs), request.receive))

@@ -13,7 +13,7 @@ __all__ = ["router"]
 router = APIRouter()
 
 
-@router.get("/health")
+@router.api_route("/health", methods=["GET", "HEAD"])
 async def health(request: Request) -> JSONResponse:
     state = request.app.state.gs
     if state.draining:

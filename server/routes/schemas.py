@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from ..errors import bad_request
-from ..schema_check import check_schema_report
+from ..schema_check import check_schema_report, split_body
+from ..structured import schema_limits
+from ._body import read_json
 
 __all__ = ["router"]
 
@@ -17,11 +18,17 @@ router = APIRouter()
 
 @router.post("/v1/schemas/check")
 async def check_schema(request: Request) -> JSONResponse:
-    try:
-        body = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"We could not parse the JSON body of your request ({exc}).", code="invalid_json") from exc
+    body = await read_json(request)
     state = request.app.state.gs
+    try:
+        items = split_body(body)
+    except ValueError as exc:
+        raise bad_request(str(exc), code="invalid_value") from exc
+    if len(items) > state.settings.max_tools:
+        raise bad_request(f"Too many schemas: {len(items)} (this server accepts at most {state.settings.max_tools}).",
+                          param="tools", code="too_many_tools")
+    for label, schema in items:  # the same caps as a request's schemas
+        schema_limits(state, schema, param=label)
     try:
         report = await asyncio.to_thread(check_schema_report, body, cache=state.grammar_cache)
     except ValueError as exc:
