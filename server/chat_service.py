@@ -51,6 +51,7 @@ def _tools_for_prompt(req: ChatCompletionRequest) -> list[dict[str, Any]] | None
 
 def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
     """Validate what pydantic cannot, render the prompt and build the constraint."""
+    from .prompt_tokens import tokenize_chat_prompt
     from .render import RenderError
 
     check_model(state, req.model)
@@ -66,13 +67,13 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
                           "--tool-call-parser NAME to use 'tools'.", param="tools", code="tools_unsupported")
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     try:
-        prompt = state.renderer.render(
-            messages, tools=tools, add_generation_prompt=True,
+        # client text that spells a control token (<|im_end|>...) is encoded as plain text
+        prompt, prompt_ids = tokenize_chat_prompt(
+            state.renderer, state.engine.tokenizer, messages, tools=tools, add_generation_prompt=True,
             chat_template_kwargs=req.chat_template_kwargs,
         )
     except RenderError as exc:
         raise bad_request(str(exc), param=getattr(exc, "param", None) or "messages") from exc
-    prompt_ids = list(state.engine.tokenizer.encode(prompt, add_special_tokens=False))
     if state.settings.log_prompts:  # off by default: prompts are user data
         log.info("prompt", extra={"prompt": prompt, "prompt_tokens": len(prompt_ids)})
     max_tokens = completion_budget(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),

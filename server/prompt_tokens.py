@@ -1,0 +1,199 @@
+"""Chat prompt -> token ids; control-token text written by the client stays plain text.
+
+Encoding the whole rendered prompt turns ``<|im_end|>`` typed by a client (message, tool
+description, call arguments...) into the real control token: a forged turn. So special-token
+text in client strings becomes a random letters-only placeholder for rendering (it survives
+``tojson``, ``trim``...); template-delimited segments holding one get the client's text back
+and are encoded with special tokens split. Other requests keep the one-``encode`` old path.
+"""
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from functools import cached_property
+from typing import Any, Callable
+
+from .render import ChatRenderer, RenderError
+
+__all__ = ["ControlTokenGuard", "guard_for", "tokenize_chat_prompt"]
+
+_GUARDS: dict[int, "ControlTokenGuard"] = {}  # id(tokenizer) -> guard (which holds the tokenizer)
+_DIGITS_AS_LETTERS = str.maketrans("0123456789", "ABCDEFGHIJ")  # placeholders: ASCII letters only
+
+
+def _special_tokens(tokenizer: Any) -> tuple[list[str], set[int]]:
+    """Special-token texts (longest first) and ids: all_special_* plus special added tokens."""
+    texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
+    ids = set(getattr(tokenizer, "all_special_ids", None) or ())
+    for ident, token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
+        if getattr(token, "special", False) and isinstance(getattr(token, "content", None), str):
+            texts.add(token.content)
+            ids.add(ident)
+    return sorted((t for t in texts if isinstance(t, str) and t), key=lambda t: (-len(t), t)), ids
+
+
+def _splitting_encoder(tokenizer: Any) -> Callable[[str], list[int]] | None:
+    """A private copy of the fast backend with ``encode_special_tokens`` on. (transformers'
+    ``split_special_tokens=True`` flips that flag on the shared backend: racy across threads.)"""
+    try:
+        from tokenizers import Tokenizer
+
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if not isinstance(backend, Tokenizer):
+            return None
+        private = Tokenizer.from_str(backend.to_str())
+        private.no_truncation()
+        private.no_padding()
+        private.encode_special_tokens = True
+    except Exception:  # noqa: BLE001 - the fallback encoder is slower but always correct
+        return None
+    return lambda text: private.encode(text, add_special_tokens=False).ids
+
+
+def _new_prefix() -> str:  # unguessable, so client text cannot fake a placeholder
+    return "".join(secrets.choice(string.ascii_lowercase) for _ in range(12))
+
+
+def _placeholder_re(prefix: str) -> re.Pattern[str]:  # prefix + index as letters A-J + "z"
+    return re.compile(re.escape(prefix) + r"([A-J]+)z")
+
+
+def _any_string(value: Any, test: Callable[[str], Any]) -> bool:
+    if isinstance(value, str):
+        return bool(test(value))
+    if isinstance(value, dict):
+        return any(_any_string(k, test) or _any_string(v, test) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return any(_any_string(v, test) for v in value)
+    return False
+
+
+class ControlTokenGuard:
+    """Per-tokenizer data, built once: special-token texts, their regex, placeholder codes."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer  # held, so id(tokenizer) stays unique while cached
+        texts, self.special_ids = _special_tokens(tokenizer)
+        self.special_re = re.compile("|".join(map(re.escape, texts))) if texts else None
+        self._codes = {text: str(i).translate(_DIGITS_AS_LETTERS) for i, text in enumerate(texts)}
+        self._originals = {code: text for text, code in self._codes.items()}
+        self._prefix = _new_prefix()
+
+    def contains_control_text(self, value: Any) -> bool:
+        """Whether any string (or dict key) inside ``value`` holds special-token text."""
+        return self.special_re is not None and _any_string(value, self.special_re.search)
+
+    def prefix_for(self, value: Any) -> str:
+        """The process placeholder prefix, or a fresh one if a client string contains it."""
+        prefix = self._prefix
+        while _any_string(value, lambda s: prefix in s):
+            prefix = _new_prefix()
+        return prefix
+
+    def mask(self, value: Any, prefix: str) -> Any:
+        """A copy of ``value`` with special-token text in every string replaced by placeholders."""
+        if isinstance(value, str) and self.special_re is not None:
+            return self.special_re.sub(lambda m: f"{prefix}{self._codes[m.group()]}z", value)
+        if isinstance(value, dict):
+            return {self.mask(k, prefix): self.mask(v, prefix) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.mask(v, prefix) for v in value]
+        return value
+
+    def restore(self, text: str, prefix: str) -> str:
+        """``text`` with placeholders (made with ``prefix``) turned back into the client's text."""
+        return _placeholder_re(prefix).sub(lambda m: self._originals.get(m.group(1), m.group()), text)
+
+    def encode_rendered(self, rendered: str, prefix: str) -> tuple[str, list[int]]:
+        """Rendered text with placeholders -> (prompt text, ids). Segments between template
+        special tokens that hold a placeholder are encoded as plain text (tokenizers split at
+        special tokens anyway: no other boundary moves); other runs as a whole prompt is."""
+        placeholder = _placeholder_re(prefix)
+        parts: list[str] = []
+        ids: list[int] = []
+
+        def normal(text: str) -> None:
+            parts.append(text)
+            ids.extend(self.tokenizer.encode(text, add_special_tokens=False) if text else ())
+
+        run_start = pos = 0
+        for match in [*self.special_re.finditer(rendered), None] if self.special_re else [None]:
+            end = match.start() if match else len(rendered)
+            if placeholder.search(rendered, pos, end):
+                normal(rendered[run_start:pos])
+                parts.append(self.restore(rendered[pos:end], prefix))
+                ids.extend(self.encode_plain(parts[-1]))
+                run_start = end
+            pos = match.end() if match else pos
+        normal(rendered[run_start:])
+        return "".join(parts), ids
+
+    def encode_plain(self, text: str) -> list[int]:
+        """``text`` with any special-token text encoded as ordinary characters."""
+        ids = list(self._splitter(text)) if self._splitter is not None else []
+        if self._splitter is None or self.special_ids.intersection(ids):
+            ids = self._encode_plain_fallback(text)
+        if self.special_ids.intersection(ids):
+            raise RenderError("the request holds control-token text that this model's tokenizer "
+                              "cannot encode as plain text", "messages")
+        return ids
+
+    @cached_property
+    def _splitter(self) -> Callable[[str], list[int]] | None:
+        return _splitting_encoder(self.tokenizer)  # on first use: only control-text requests pay
+
+    def _encode_plain_fallback(self, text: str) -> list[int]:
+        """No fast backend: encode each special text in two halves, so it cannot match."""
+        def encode(part: str) -> list[int]:
+            return list(self.tokenizer.encode(part, add_special_tokens=False))
+        ids = encode(text)
+        if self.special_re is None or not self.special_ids.intersection(ids):
+            return ids  # e.g. mistral_common, which never parses control text
+        out: list[int] = []
+        pos = 0
+        for match in self.special_re.finditer(text):
+            token = match.group()
+            out += encode(text[pos:match.start()]) + encode(token[:1]) + encode(token[1:])
+            pos = match.end()
+        return out + encode(text[pos:])
+
+
+def guard_for(tokenizer: Any) -> ControlTokenGuard:
+    """The guard of this tokenizer object, built once per process (and tokenizer)."""
+    guard = _GUARDS.get(id(tokenizer))
+    if guard is None or guard.tokenizer is not tokenizer:  # a race only builds one twice
+        if len(_GUARDS) >= 8:  # tests build a few tokenizers; a server has one
+            _GUARDS.clear()
+        guard = _GUARDS[id(tokenizer)] = ControlTokenGuard(tokenizer)
+    return guard
+
+
+def tokenize_chat_prompt(
+    renderer: ChatRenderer,
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    chat_template_kwargs: dict[str, Any] | None = None,
+) -> tuple[str, list[int]]:
+    """(prompt text, token ids) of a chat prompt, with control-token text from the client
+    encoded as plain text. Raises ``RenderError`` as ``ChatRenderer.render`` does."""
+    guard = guard_for(tokenizer)
+    client = (messages, tools, list((chat_template_kwargs or {}).values()))
+    if not guard.contains_control_text(client):  # the common case: exactly the old tokenization
+        prompt = renderer.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                 chat_template_kwargs=chat_template_kwargs)
+        return prompt, list(tokenizer.encode(prompt, add_special_tokens=False))
+    prefix = guard.prefix_for(client)
+    kwargs = chat_template_kwargs
+    if isinstance(kwargs, dict):  # values only: the keys name template variables
+        kwargs = {key: guard.mask(value, prefix) for key, value in kwargs.items()}
+    try:
+        rendered = renderer.render(guard.mask(messages, prefix), tools=guard.mask(tools, prefix),
+                                   add_generation_prompt=add_generation_prompt, chat_template_kwargs=kwargs)
+    except RenderError as exc:  # show the client its own text, not placeholders
+        param = exc.param and guard.restore(exc.param, prefix)
+        raise RenderError(guard.restore(exc.message, prefix), param) from None
+    return guard.encode_rendered(rendered, prefix)
