@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 
 from tests.sse_validator import validate_sse
 
-from .conftest import API_KEY, serving
+from .conftest import API_KEY, CLIENT_TIMEOUT_S, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +54,7 @@ def reasoning_server():
 @pytest.fixture(scope="module")
 def rhttp(reasoning_server):
     with httpx.Client(base_url=reasoning_server.base, headers={"Authorization": f"Bearer {API_KEY}"},
-                      timeout=300) as c:
+                      timeout=CLIENT_TIMEOUT_S) as c:
         yield c
 
 

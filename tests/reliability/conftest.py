@@ -1,0 +1,1 @@
+"""The reliability suite runs against the real server (fixtures in tests/conftest.py)."""
