@@ -72,6 +72,9 @@ def bad_request(message: str, *, param: str | None = None, code: str | None = No
     return APIError(message, status=400, param=param, code=code)
 
 
+_TYPE_LABELS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "json-or-python"})
+
+
 def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
     parts: list[str] = []
     for item in loc:
@@ -79,8 +82,9 @@ def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
             continue
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif isinstance(item, str) and (item.startswith("function-after") or "[" in item or item.startswith("literal")):
-            continue  # pydantic union branch labels, not field names
+        elif isinstance(item, str) and (item.startswith("function-after") or "[" in item or item.startswith("literal")
+                                        or item in _TYPE_LABELS or item[:1].isupper()):
+            continue  # pydantic union branch labels (str, int, a model's name), not field names
         else:
             parts.append(("." if parts else "") + str(item))
     return "".join(parts) or None

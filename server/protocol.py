@@ -124,7 +124,7 @@ class _SamplingFields(_Lenient):
     stop: str | list[str] | None = None
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    stream: bool = False
+    stream: bool = Field(default=False, strict=True)  # "yes" is not a boolean
     stream_options: StreamOptions | None = None
     user: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)

@@ -157,6 +157,7 @@ async def _watch_engine(state: ServerState, server: _Server) -> None:
 
 async def _serve(settings: Settings) -> int:
     from .app import create_app
+    from .http_protocol import EnvelopeHTTPProtocol
     from .precompile import precompile_file
 
     state = build_state(settings)
@@ -169,7 +170,7 @@ async def _serve(settings: Settings) -> int:
     app = create_app(state)
     config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                             timeout_graceful_shutdown=max(1, int(settings.drain_timeout)) + 5,
-                            lifespan="off", access_log=False)
+                            lifespan="off", access_log=False, http=EnvelopeHTTPProtocol)
     server = _Server(config, state)
     watcher = asyncio.ensure_future(_watch_engine(state, server))
     log.info("serving", extra={"host": settings.host, "port": settings.port, "model": state.engine.model_name})
