@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .constraints import Constraint, ConstraintError, _is_lark, _xgr_message
+from .engine.vllm_plugin import lower_thread_priority
 
 __all__ = ["CompileResult", "GrammarCache", "compile_constraint", "tokenizer_info_from_hf"]
 
@@ -174,6 +175,7 @@ class GrammarCache:
         return await asyncio.to_thread(self.compile, constraint)
 
     def _work(self, key: str, constraint: Constraint, future: Future[CompileResult]) -> None:
+        lower_thread_priority()  # xgrammar's compile threads inherit it: streams keep their cores
         try:
             result = self._run(constraint)
         except BaseException as exc:  # pragma: no cover - _run already catches compile errors

@@ -18,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from .config import Settings, is_cpu_only
+from .engine.vllm_plugin import ENV_FLAG as ENGINE_PLUGIN_FLAG
 from .logs import configure_logging
 from .state import ServerState
 
@@ -34,6 +35,7 @@ def apply_platform_defaults(settings: Settings) -> dict[str, Any]:
     """Engine options with CPU-sane defaults where the user gave none."""
     cpu = is_cpu_only()
     os.environ["VLLM_XGRAMMAR_CACHE_MB"] = str(settings.grammar_cache_mb)  # the engine's own cache
+    os.environ.setdefault(ENGINE_PLUGIN_FLAG, "1")  # grammar compiles in the engine at low CPU priority (0: off)
     if cpu:
         space = settings.kv_cache_space_gib or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(space) if float(space).is_integer() else space)
