@@ -7,6 +7,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from .errors import install_error_handlers
 from .middleware import GatewayMiddleware
 from .routes import chat, completions, health, metrics, models
+from .routes._body import openapi_with_body_schemas
 from .state import ServerState
 
 __all__ = ["create_app"]
@@ -28,4 +29,5 @@ def create_app(state: ServerState) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.cors_origins),
                            allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(GatewayMiddleware, state=state)
+    openapi_with_body_schemas(app)
     return app

@@ -252,6 +252,8 @@ def _text_content(content: Any, param: str) -> str:
             texts.append(part["text"])
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
             texts.append(part["refusal"])
+        elif kind in ("text", "refusal"):
+            raise RenderError(f"{param}[{j}]: a {kind!r} content part needs a string {kind!r}", f"{param}[{j}].{kind}")
         else:
             raise RenderError(
                 f"{param}[{j}]: only text content parts are supported by this model, got {kind!r}",

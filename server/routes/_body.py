@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import bad_request, validation_error
 
-__all__ = ["parse_body", "read_json"]
+__all__ = ["completion_docs", "json_body_docs", "openapi_with_body_schemas", "parse_body", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -50,3 +50,83 @@ async def parse_body(request: Request, model: type[M]) -> M:
         raise validation_error(list(exc.errors())) from exc
     except RecursionError:
         raise bad_request("The JSON body is nested too deeply; flatten it.", code="invalid_json") from None
+
+
+# --------------------------------------------------------------------------- OpenAPI
+
+# These routes read the raw Request, so FastAPI cannot see their bodies; json_body_docs()
+# describes them in /openapi.json instead and openapi_with_body_schemas() publishes the
+# pydantic $defs they refer to under components/schemas.
+_REF = "#/components/schemas/{model}"
+_COMPONENTS: dict[str, Any] = {
+    "ErrorResponse": {
+        "type": "object", "required": ["error"], "title": "ErrorResponse",
+        "properties": {"error": {
+            "type": "object", "required": ["message", "type", "param", "code"],
+            "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                           "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}},
+    },
+}
+# Each event's data is a JSON chunk (or error envelope), then the literal [DONE].
+_SSE_EVENT = {"type": "object", "required": ["data"],
+              "properties": {"event": {"const": "message"}, "data": {"type": "string", "minLength": 1}}}
+_ERRORS = {
+    "400": "Invalid request (malformed JSON, a bad or missing parameter, a schema that cannot be enforced).",
+    "401": "Missing or wrong API key.",
+    "404": "The requested model is not served here.",
+    "413": "Request body too large.",
+    "429": "Too many concurrent requests.",
+    "431": "Request headers too large.",
+    "499": "The client closed the connection.",
+    "503": "Draining, or the engine is not running.",
+}
+
+
+def json_body_docs(body: type[BaseModel] | dict[str, Any], ok: dict[str, Any], examples: dict[str, Any], *,
+                   stream: bool = False) -> dict[str, Any]:
+    """``openapi_extra`` for a route that reads its JSON body itself: the required request body
+    (``body``: a pydantic model or a JSON Schema; ``examples``: name -> request), the 200 answer
+    (``ok``; plus text/event-stream when ``stream``) and the error envelope for every error status."""
+    if isinstance(body, dict):
+        schema = body
+    else:
+        definition = body.model_json_schema(ref_template=_REF)
+        _COMPONENTS.update(definition.pop("$defs", {}))
+        _COMPONENTS[body.__name__] = definition
+        schema = {"$ref": _REF.format(model=body.__name__)}
+    content = {"application/json": {"schema": ok}}
+    if stream:
+        content["text/event-stream"] = {"schema": _SSE_EVENT}  # one event (OpenAPI 3.1: schema = each item)
+    error = {"application/json": {"schema": {"$ref": _REF.format(model="ErrorResponse")}}}
+    responses = {"200": {"description": "Successful Response", "content": content}}
+    responses.update({status: {"description": text, "content": error} for status, text in _ERRORS.items()})
+    request = {"schema": schema, "examples": {name: {"value": value} for name, value in examples.items()}}
+    return {"requestBody": {"required": True, "content": {"application/json": request}}, "responses": responses}
+
+
+def completion_docs(body: type[BaseModel], object_name: str, choice: dict[str, Any],
+                    examples: dict[str, Any]) -> dict[str, Any]:
+    """json_body_docs() for a generation route: its 200 JSON is an ``object_name`` with these choices."""
+    count = {"type": "integer", "minimum": 0}
+    ok = {"type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+          "properties": {"id": {"type": "string"}, "object": {"const": object_name}, "created": {"type": "integer"},
+                         "model": {"type": "string"},
+                         "choices": {"type": "array", "items": {
+                             "type": "object", "required": ["index", "finish_reason", *choice],
+                             "properties": {"index": count, "finish_reason": {"type": "string"}, **choice}}},
+                         "usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+                                   "properties": {"prompt_tokens": count, "completion_tokens": count,
+                                                  "total_tokens": count}}}}
+    return json_body_docs(body, ok, examples, stream=True)
+
+
+def openapi_with_body_schemas(app: Any) -> None:
+    """Make ``app.openapi()`` include the schemas json_body_docs() refers to."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        doc = base()
+        doc.setdefault("components", {}).setdefault("schemas", {}).update(_COMPONENTS)
+        return doc
+
+    app.openapi = openapi

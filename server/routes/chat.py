@@ -9,16 +9,27 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ..chat_service import chat_response, chat_stream, prepare_chat
 from ..protocol import ChatCompletionRequest
 from ..stream_guard import unless_disconnected
-from ._body import parse_body
+from ._body import completion_docs, parse_body
 
 __all__ = ["router"]
 
 router = APIRouter()
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_HI = [{"role": "user", "content": "What is the weather in Paris?"}]
+_WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+_DOCS = completion_docs(ChatCompletionRequest, "chat.completion", {"message": {
+    "type": "object", "required": ["role"], "properties": {"role": {"const": "assistant"}}}}, {
+    "text": {"messages": _HI, "max_tokens": 64},
+    "stream": {"messages": _HI, "stream": True, "stream_options": {"include_usage": True}},
+    "tools": {"messages": _HI, "tools": [_WEATHER], "tool_choice": "auto"},
+    "json_schema": {"messages": _HI, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "weather", "strict": True, "schema": _WEATHER["function"]["parameters"]}}},
+})
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", openapi_extra=_DOCS)
 async def create_chat_completion(request: Request):
     req = await parse_body(request, ChatCompletionRequest)
     state = request.app.state.gs

@@ -9,15 +9,19 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ..completion_service import completion_response, completion_stream, prepare_completion
 from ..protocol import CompletionRequest
 from ..stream_guard import unless_disconnected
-from ._body import parse_body
+from ._body import completion_docs, parse_body
 from .chat import SSE_HEADERS
 
 __all__ = ["router"]
 
 router = APIRouter()
+_DOCS = completion_docs(CompletionRequest, "text_completion", {"text": {"type": "string"}}, {
+    "text": {"prompt": "Once upon a time", "max_tokens": 16},
+    "stream": {"prompt": ["Once upon a time", "In a galaxy"], "stream": True, "n": 2},
+})
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", openapi_extra=_DOCS)
 async def create_completion(request: Request):
     req = await parse_body(request, CompletionRequest)
     state = request.app.state.gs

@@ -13,7 +13,8 @@ __all__ = ["router"]
 router = APIRouter()
 
 
-@router.api_route("/health", methods=["GET", "HEAD"])
+@router.get("/health")
+@router.head("/health")  # two routes, not api_route(methods=[...]): one operationId per method
 async def health(request: Request) -> JSONResponse:
     state = request.app.state.gs
     if state.draining:

@@ -9,14 +9,29 @@ from fastapi.responses import JSONResponse
 from ..errors import bad_request
 from ..schema_check import check_schema_report, split_body
 from ..structured import schema_limits
-from ._body import read_json
+from ._body import json_body_docs, read_json
 
 __all__ = ["router"]
 
 router = APIRouter()
+_BODY = {"title": "SchemaCheckRequest", "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
+         "description": "A JSON Schema, {\"schema\": <JSON Schema>}, {\"tools\": [<OpenAI tool>, ...]} or that list."}
+_REPORT = {"type": "object", "required": ["ok", "items"], "properties": {
+    "ok": {"type": "boolean"},
+    "items": {"type": "array", "items": {
+        "type": "object", "required": ["name", "compiles", "error", "strict_ok", "problems", "keywords"],
+        "properties": {"name": {"type": "string"}, "compiles": {"type": "boolean"},
+                       "error": {"type": ["string", "null"]}, "compile_seconds": {"type": ["number", "null"]},
+                       "cached": {"type": "boolean"}, "strict_ok": {"type": "boolean"},
+                       "problems": {"type": "array"}, "keywords": {"type": "array"}}}}}}
+_CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+_DOCS = json_body_docs(_BODY, _REPORT, {
+    "schema": {"schema": _CITY},
+    "tools": {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": _CITY}}]},
+})
 
 
-@router.post("/v1/schemas/check")
+@router.post("/v1/schemas/check", openapi_extra=_DOCS)
 async def check_schema(request: Request) -> JSONResponse:
     body = await read_json(request)
     state = request.app.state.gs
