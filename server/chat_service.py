@@ -24,7 +24,11 @@ from .stream_guard import abort_shielded, guarded_stream
 from .structured import build_constraint
 from .stream import MessageStream
 
-__all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine"]
+__all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED"]
+
+# Per choice, when the output was validated against a json_schema after generation:
+# valid | invalid | skipped_length (non-streamed: also the x-gramserve-schema-validated header).
+SCHEMA_VALIDATED = "schema_validated"
 
 log = logging.getLogger("gramserve.chat")
 
@@ -160,13 +164,22 @@ class _Choice:
         return "tool_calls" if final.tool_calls else "stop"
 
 
-def _final_message(state: ServerState, p: PreparedChat, choice: _Choice, checker: ToolCallChecker) -> dict[str, Any]:
+def _check_choice(p: PreparedChat, choice: _Choice, checker: ToolCallChecker) -> tuple[Any, str | None]:
+    """The finishing step of one choice, the same streamed or not: tool-call outcomes counted,
+    JSON output validated against its schema. Returns the final message and that outcome."""
     final = choice.stream.final_message()
+    checker.check(final, p.tool_schemas)
+    outcome = None
+    if p.json_schema is not None:
+        outcome = validate_json_output(final.content or "", p.json_schema, finished=choice.finish != "length")
+    return final, outcome
+
+
+def _message(state: ServerState, final: Any) -> dict[str, Any]:
     calls = [
         {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
         for c in final.tool_calls
     ]
-    checker.check(final, p.tool_schemas)
     # OpenAI: content is null beside tool calls unless text came before them; "" for an empty answer.
     msg: dict[str, Any] = {"role": "assistant", "content": final.content or (None if calls else "")}
     msg.update(_reasoning_fields(state, final.reasoning))
@@ -228,18 +241,22 @@ async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, 
     checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
     headers: dict[str, str] = {}
     out_choices = []
+    outcomes = []
     for ch in choices:
         ch.stream.finish()
-        msg = _final_message(state, p, ch, checker)
-        out_choices.append({
+        final, outcome = _check_choice(p, ch, checker)
+        out = {
             "index": ch.index,
-            "message": msg,
+            "message": _message(state, final),
             "logprobs": _logprobs_json(ch.logprobs) if p.request.logprobs else None,
-            "finish_reason": ch.finish_reason(ch.stream.final_message()),
-        })
-        if p.json_schema is not None:
-            outcome = validate_json_output(msg.get("content") or "", p.json_schema, finished=ch.finish != "length")
-            headers["x-gramserve-schema-validated"] = outcome
+            "finish_reason": ch.finish_reason(final),
+        }
+        if outcome is not None:
+            out[SCHEMA_VALIDATED] = outcome
+            outcomes.append(outcome)
+        out_choices.append(out)
+    if outcomes:  # one outcome per choice, in index order
+        headers["x-gramserve-schema-validated"] = ",".join(outcomes)
     completion_tokens = sum(ch.tokens for ch in choices)
     timer.record(prompt_tokens, completion_tokens)
     reasoning_tokens = _reasoning_tokens(state, choices)
@@ -293,6 +310,7 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
     req = p.request
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     choices = [_Choice(state, p, i, streaming=True) for i in range(req.n)]
+    checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
     model = state.engine.model_name
     timer = GenerationTimer()
 
@@ -317,10 +335,11 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                 lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == 0) else None
                 yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
             if c.finish_reason:
-                final = ch.stream.final_message()
-                ToolCallChecker(parser=getattr(state.tool_parser, "name", "none")).check(final, p.tool_schemas)
-                yield frame([{"index": ch.index, "delta": {}, "logprobs": None,
-                              "finish_reason": ch.finish_reason(final)}])
+                final, outcome = _check_choice(p, ch, checker)
+                last = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": ch.finish_reason(final)}
+                if outcome is not None:  # a stream has no headers left: the finish chunk says it
+                    last[SCHEMA_VALIDATED] = outcome
+                yield frame([last])
         completion_tokens = sum(ch.tokens for ch in choices)
         timer.record(len(p.prompt_ids), completion_tokens)
         if include_usage:
