@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator
 
 from .engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
 from .errors import APIError, bad_request
-from .generation import GenerationTimer, completion_budget
+from .generation import GenerationTimer, checked, completion_budget
 from .output_checks import ToolCallChecker, validate_json_output
 from .protocol import ChatCompletionRequest, usage_dict
 from .reasoning_budget import ReasoningBudget, budgeted_chunks, plan_reasoning_budget
@@ -105,7 +105,8 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     tool_schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in (tools or [])}
     return PreparedChat(
         request=req, id=rid, created=int(time.time()), prompt_ids=prompt_ids,
-        gen=GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling, constraint=constraint),
+        gen=checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,
+                                                  constraint=constraint)),
         tool_names=tuple(tool_schemas) if tools else None, tool_schemas=tool_schemas,
         json_schema=json_schema, strict=strict, reasoning_budget=reasoning_budget,
     )

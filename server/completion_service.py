@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator
 from .chat_service import run_engine
 from .engine.base import GenerateRequest, Sampling, TokenLogprob
 from .errors import bad_request
-from .generation import GenerationTimer, completion_budget
+from .generation import GenerationTimer, checked, completion_budget
 from .protocol import CompletionRequest, usage_dict
 from .sse import DONE, chunk, sse_event
 from .stream_guard import abort_shielded, guarded_stream
@@ -50,8 +50,8 @@ def prepare_completion(state: ServerState, req: CompletionRequest) -> list[tuple
             logprobs=req.logprobs, ignore_eos=req.ignore_eos,
         )
         rid = "cmpl-" + uuid.uuid4().hex
-        out.append((text, GenerateRequest(request_id=rid, prompt_token_ids=ids, sampling=sampling,
-                                          constraint=constraint)))
+        out.append((text, checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=ids,
+                                                                sampling=sampling, constraint=constraint))))
     return out
 
 

@@ -4,10 +4,25 @@ from __future__ import annotations
 import time
 
 from . import metrics
-from .engine.base import TokenChunk
+from .engine.base import EngineRequestError, GenerateRequest, TokenChunk
 from .errors import bad_request
 
-__all__ = ["GenerationTimer", "completion_budget"]
+__all__ = ["GenerationTimer", "completion_budget", "checked"]
+
+_SAMPLING_PARAMS = ("n", "temperature", "top_p", "seed", "stop", "logprobs", "max_tokens", "presence_penalty",
+                    "frequency_penalty")
+
+
+def checked(engine: object, gen: GenerateRequest) -> GenerateRequest:
+    """``gen`` once the engine accepts its values; else a 400 naming the parameter, before any
+    response (or stream) has started."""
+    try:
+        engine.validate(gen)  # type: ignore[attr-defined]
+    except EngineRequestError as exc:
+        first = str(exc).split(" ", 1)[0].strip("'`:")
+        raise bad_request(f"The engine refuses these values: {exc}", code="invalid_value",
+                          param=first if first in _SAMPLING_PARAMS else None) from exc
+    return gen
 
 
 def completion_budget(max_model_len: int, prompt_tokens: int, requested: int | None, *,

@@ -90,6 +90,10 @@ class Engine(Protocol):
     max_model_len: int
     tokenizer: Any  # HF-style: encode(text, add_special_tokens=False), decode(ids)
 
+    def validate(self, req: GenerateRequest) -> None:
+        """Raise :class:`EngineRequestError` for values the engine would refuse, before any
+        response starts (a stream could only report it as an error event)."""
+
     def generate(self, req: GenerateRequest) -> AsyncIterator[TokenChunk]:
         """Yield chunks for all ``n`` choices until each finished."""
 

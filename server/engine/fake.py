@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-from .base import EngineAbortedError, EngineDeadError, GenerateRequest, TokenChunk, TokenLogprob
+from .base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk, TokenLogprob
 
 __all__ = ["FakeEngine", "CharTokenizer"]
 
@@ -69,6 +69,11 @@ class FakeEngine:
                 first = False
                 if last:
                     break
+
+    def validate(self, req: GenerateRequest) -> None:
+        """Refuses what vLLM refuses that tests exercise: several greedy choices."""
+        if req.sampling.n > 1 and req.sampling.temperature == 0:
+            raise EngineRequestError(f"n must be 1 when using greedy sampling, got {req.sampling.n}.")
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)

@@ -81,27 +81,21 @@ class VllmEngine:
         self.tokenizer = self._llm.get_tokenizer()
         self.vllm = self._llm
 
+    def validate(self, req: GenerateRequest) -> None:
+        try:
+            self._sampling_params(req)
+        except ValueError as exc:
+            raise EngineRequestError(str(exc)) from exc
+
     async def generate(self, req: GenerateRequest) -> AsyncIterator[TokenChunk]:
         from vllm.inputs.engine import tokens_input
-        from vllm.sampling_params import RequestOutputKind, SamplingParams
         from vllm.v1.engine.exceptions import EngineDeadError as VllmDead
 
         s = req.sampling
-        params = SamplingParams(
-            n=s.n,
-            max_tokens=s.max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            seed=s.seed,
-            stop=list(s.stop) or None,
-            presence_penalty=s.presence_penalty,
-            frequency_penalty=s.frequency_penalty,
-            logprobs=s.logprobs,
-            ignore_eos=s.ignore_eos,
-            skip_special_tokens=True,
-            output_kind=RequestOutputKind.DELTA,
-            structured_outputs=req.constraint.to_vllm() if req.constraint else None,
-        )
+        try:
+            params = self._sampling_params(req)
+        except ValueError as exc:  # vLLM's own checks on the values: a bad request, not a crash
+            raise EngineRequestError(str(exc)) from exc
         prompt = tokens_input(list(req.prompt_token_ids))
         sent_prompt: set[int] = set()
         try:
@@ -125,6 +119,26 @@ class VllmEngine:
         except ValueError as exc:  # vLLM's own validation (e.g. grammar it rejects)
             raise EngineRequestError(str(exc)) from exc
 
+    def _sampling_params(self, req: GenerateRequest) -> Any:
+        from vllm.sampling_params import RequestOutputKind, SamplingParams
+
+        s = req.sampling
+        return SamplingParams(
+            n=s.n,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            stop=list(s.stop) or None,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
+            logprobs=s.logprobs,
+            ignore_eos=s.ignore_eos,
+            skip_special_tokens=True,
+            output_kind=RequestOutputKind.DELTA,
+            structured_outputs=req.constraint.to_vllm() if req.constraint else None,
+        )
+
     async def abort(self, request_id: str) -> None:
         await self._llm.abort(request_id)
 
@@ -137,9 +151,6 @@ class VllmEngine:
             await self._llm.check_health()
         except VllmDead as exc:
             raise EngineDeadError(str(exc)) from exc
-
-    def stats(self) -> dict[str, int]:
-        return {"unfinished": self._llm.get_num_unfinished_requests()}
 
     async def shutdown(self) -> None:
         self._llm.shutdown()

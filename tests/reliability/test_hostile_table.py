@@ -92,6 +92,8 @@ CASES: list[Case] = [
     chat("top_p high", "top_p", top_p=1.5),
     chat("n zero", "n", n=0),
     chat("n huge", "n", n=1000),
+    chat("n greedy", "n", n=2, temperature=0),
+    chat("n greedy stream", "n", n=3, temperature=0, stream=True),
     chat("max_tokens zero", "max_tokens", max_tokens=0),
     chat("max_tokens negative", "max_tokens", max_tokens=-5),
     chat("max_tokens float", "max_tokens", max_tokens=1.5),

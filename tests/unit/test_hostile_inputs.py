@@ -34,6 +34,8 @@ def _err(r: Any, status: int = 400) -> dict[str, Any]:
 
 @pytest.mark.parametrize("body,param", [
     (_chat(stop=""), "stop"),
+    (_chat(n=2, temperature=0), "n"),
+    (_chat(n=2, temperature=0, stream=True), "n"),
     (_chat(stop=["a", ""]), "stop"),
     (_chat(seed=2**64), "seed"),
     (_chat(seed=-(2**63) - 1), "seed"),
