@@ -6,7 +6,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from .errors import install_error_handlers
 from .middleware import GatewayMiddleware
-from .routes import chat, completions, health, metrics, models
+from .routes import chat, completions, health, metrics, models, schemas
 from .routes._body import openapi_with_body_schemas
 from .state import ServerState
 
@@ -17,14 +17,8 @@ def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="gramserve", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.gs = state
     install_error_handlers(app)
-    for module in (chat, completions, models, health, metrics):
+    for module in (chat, completions, models, health, metrics, schemas):
         app.include_router(module.router)
-    try:
-        from .routes import schemas
-
-        app.include_router(schemas.router)
-    except ImportError:  # the diagnostics endpoint ships with the schema-support module
-        pass
     if state.settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.cors_origins),
                            allow_methods=["*"], allow_headers=["*"])

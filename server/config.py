@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Settings", "build_parser", "settings_from_args", "is_cpu_only"]
@@ -56,7 +56,6 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     log_prompts: bool = False
     trust_remote_code: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def model_name(self) -> str:

@@ -172,10 +172,8 @@ def _call_begin(fmt: CallFormat, name: str) -> str:
 
 def _calls_only_at_start(fmt: CallFormat) -> bool:
     """Formats whose parser finds calls only at the start of the output (no marker to find
-    them later). ``CallFormat.calls_only_at_start`` when the parser says so; else: the
-    trigger is bare JSON."""
-    flag = getattr(fmt, "calls_only_at_start", None)
-    return bool(flag) if flag is not None else fmt.trigger.lstrip().startswith("{")
+    them later): those whose trigger is bare JSON."""
+    return fmt.trigger.lstrip().startswith("{")
 
 
 def tool_call_format(

@@ -168,12 +168,6 @@ class GrammarCache:
                     raise self._too_slow() from None
             return future.result()  # finished between the timeout and the lock
 
-    async def compile_async(self, constraint: Constraint) -> CompileResult:
-        """``compile`` off the event loop (it may block up to ``compile_timeout_s``)."""
-        import asyncio
-
-        return await asyncio.to_thread(self.compile, constraint)
-
     def _work(self, key: str, constraint: Constraint, future: Future[CompileResult]) -> None:
         lower_thread_priority()  # xgrammar's compile threads inherit it: streams keep their cores
         try:

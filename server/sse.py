@@ -26,7 +26,6 @@ def chunk(
     choices: list[dict[str, Any]],
     object: str = "chat.completion.chunk",
     usage: dict[str, Any] | None = None,
-    include_usage_field: bool = False,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk`` (or ``text_completion``) object.
 
@@ -41,6 +40,6 @@ def chunk(
         "system_fingerprint": None,
         "choices": choices,
     }
-    if include_usage_field or usage is not None:
+    if usage is not None:
         body["usage"] = usage
     return body

@@ -5,7 +5,6 @@ the GGUF once per session); no vLLM engine is started.
 """
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import json
 import os
@@ -397,7 +396,7 @@ def test_cache_timeout(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         while len(quick) == 0 and time.time() < deadline:
             time.sleep(0.01)
         assert quick.compile(slow_one).ok  # finished in the background: cached now
-        assert asyncio.run(quick.compile_async(slow_one)).cached
+        assert quick.compile(slow_one).cached
     finally:
         release.set()
         quick.close()
