@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # pragma: no cover
-    from vllm.sampling_params import StructuredOutputsParams
-
     from tool_parsers.base import CallFormat
 
 __all__ = [
@@ -92,24 +90,6 @@ class Constraint:
         """Kind + compact JSON of the value. Keys are NOT sorted: property order is part of
         the grammar (xgrammar emits properties in schema order)."""
         return self.kind + ":" + json.dumps(self.value, separators=(",", ":"), ensure_ascii=False)
-
-    def to_vllm(self) -> StructuredOutputsParams:
-        """The vLLM ``StructuredOutputsParams`` for this constraint (imports vLLM lazily)."""
-        from vllm.sampling_params import StructuredOutputsParams
-
-        if self.kind == "json":
-            return StructuredOutputsParams(json=self.value)
-        if self.kind == "json_object":
-            return StructuredOutputsParams(json_object=True)
-        if self.kind == "regex":
-            return StructuredOutputsParams(regex=self.value)
-        if self.kind == "choice":
-            return StructuredOutputsParams(choice=list(self.value))
-        if self.kind == "grammar":
-            return StructuredOutputsParams(grammar=self.value)
-        if self.kind == "structural_tag":
-            return StructuredOutputsParams(structural_tag=json.dumps(self.value, ensure_ascii=False))
-        raise ValueError(f"unknown constraint kind {self.kind!r}")
 
 
 # ---------------------------------------------------------------------------------------------

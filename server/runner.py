@@ -100,8 +100,7 @@ def build_state(settings: Settings) -> ServerState:
             else detect_tool_parser(renderer.template_source)
     tool_parser = get_tool_parser(parser_name) if parser_name else None
     reasoning = get_reasoning_parser(settings.reasoning_parser) if settings.reasoning_parser else None
-    vocab = engine.vllm.model_config.get_vocab_size()
-    cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer, vocab_size=vocab), max_entries=settings.grammar_cache_size,
+    cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer, vocab_size=engine.vocab_size), max_entries=settings.grammar_cache_size,
                          compile_timeout_s=settings.grammar_compile_timeout,
                          cache_limit_bytes=settings.grammar_cache_mb * 1024 * 1024,
                          disable_any_whitespace=True)  # as the engine compiles (compact JSON)
@@ -148,8 +147,7 @@ class _Server(uvicorn.Server):
 async def _watch_engine(state: ServerState, server: _Server) -> None:
     while not server.should_exit:
         await asyncio.sleep(0.5)
-        llm = getattr(state.engine, "vllm", None)
-        if state.engine_dead or (llm is not None and llm.errored):
+        if state.engine_dead or state.engine.is_dead():
             state.engine_dead = True
             log.error("engine died; exiting so the orchestrator restarts this server")
             server.should_exit = True

@@ -89,6 +89,10 @@ class Engine(Protocol):
     model_name: str
     max_model_len: int
     tokenizer: Any  # HF-style: encode(text, add_special_tokens=False), decode(ids)
+    vocab_size: int  # the model's output width (may exceed the tokenizer's length)
+
+    def is_dead(self) -> bool:
+        """True once the engine can no longer serve (checked often: must be cheap)."""
 
     def validate(self, req: GenerateRequest) -> None:
         """Raise :class:`EngineRequestError` for values the engine would refuse, before any

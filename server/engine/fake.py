@@ -40,6 +40,10 @@ class FakeEngine:
     dead: bool = False
     aborted: list[str] = field(default_factory=list)
     requests: list[GenerateRequest] = field(default_factory=list)
+    vocab_size: int = 0x110000
+
+    def is_dead(self) -> bool:
+        return self.dead
 
     async def generate(self, req: GenerateRequest) -> AsyncIterator[TokenChunk]:
         if self.dead:

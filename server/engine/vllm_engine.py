@@ -20,7 +20,7 @@ from .base import (
     TopLogprob,
 )
 
-__all__ = ["EngineOptions", "VllmEngine"]
+__all__ = ["EngineOptions", "VllmEngine", "structured_outputs_params"]
 
 log = logging.getLogger("gramserve.engine")
 
@@ -79,7 +79,10 @@ class VllmEngine:
         self.model_name = options.served_model_name
         self.max_model_len = int(self._llm.model_config.max_model_len)
         self.tokenizer = self._llm.get_tokenizer()
-        self.vllm = self._llm
+        self.vocab_size = int(self._llm.model_config.get_vocab_size())  # the lm_head width
+
+    def is_dead(self) -> bool:
+        return bool(self._llm.errored)
 
     def validate(self, req: GenerateRequest) -> None:
         try:
@@ -136,7 +139,7 @@ class VllmEngine:
             ignore_eos=s.ignore_eos,
             skip_special_tokens=True,
             output_kind=RequestOutputKind.DELTA,
-            structured_outputs=req.constraint.to_vllm() if req.constraint else None,
+            structured_outputs=structured_outputs_params(req.constraint) if req.constraint else None,
         )
 
     async def abort(self, request_id: str) -> None:
@@ -154,6 +157,28 @@ class VllmEngine:
 
     async def shutdown(self) -> None:
         self._llm.shutdown()
+
+
+def structured_outputs_params(constraint: Any) -> Any:
+    """vLLM's ``StructuredOutputsParams`` for one of our engine-neutral ``Constraint``s."""
+    import json
+
+    from vllm.sampling_params import StructuredOutputsParams
+
+    kind, value = constraint.kind, constraint.value
+    if kind == "json":
+        return StructuredOutputsParams(json=value)
+    if kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    if kind == "regex":
+        return StructuredOutputsParams(regex=value)
+    if kind == "choice":
+        return StructuredOutputsParams(choice=list(value))
+    if kind == "grammar":
+        return StructuredOutputsParams(grammar=value)
+    if kind == "structural_tag":
+        return StructuredOutputsParams(structural_tag=json.dumps(value, ensure_ascii=False))
+    raise ValueError(f"unknown constraint kind {kind!r}")
 
 
 def _finish_reason(reason: str | None) -> str | None:

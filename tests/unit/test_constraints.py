@@ -444,6 +444,8 @@ def test_vllm_accepts_what_we_produce() -> None:
     forced to xgrammar) on every kind of constraint we emit; no engine needed."""
     pytest.importorskip("vllm")
     from vllm.sampling_params import SamplingParams, check_json_nesting
+
+    from server.engine.vllm_engine import structured_outputs_params
     from vllm.v1.structured_output.backend_xgrammar import (
         has_xgrammar_unsupported_json_features,
         validate_xgrammar_grammar,
@@ -468,7 +470,7 @@ def test_vllm_accepts_what_we_produce() -> None:
                                       reasoning=ReasoningSpec() if parallel else None))
     for constraint in produced:
         assert constraint is not None
-        params = SamplingParams(structured_outputs=constraint.to_vllm())
+        params = SamplingParams(structured_outputs=structured_outputs_params(constraint))
         so = params.structured_outputs
         check_json_nesting(so.json)
         check_json_nesting(so.structural_tag, structural_tag=True)
