@@ -1,8 +1,11 @@
 """``--precompile FILE``: compile known schemas / tool sets before ``/health`` turns ready.
 
-The file is a JSON list; each item is either a JSON Schema (compiled as a
+The file is a JSON list; each item is either a JSON Schema (compiled as a non-strict
 ``json_schema`` response format) or an object with ``tools`` (and optionally
-``tool_choice``, ``parallel_tool_calls``) or ``response_format``.
+``tool_choice``, ``parallel_tool_calls``) or ``response_format``. Each item becomes the
+request it stands for and goes through the requests' own constraint path
+(:func:`server.structured.build_constraint`), so it warms exactly the cache keys that
+requests use (reasoning parser included).
 """
 from __future__ import annotations
 
@@ -11,46 +14,40 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from .schema_support import normalize_schema
+from pydantic import ValidationError
+
+from .errors import APIError
+from .protocol import ChatCompletionRequest
 from .state import ServerState
+from .structured import build_constraint, schema_request
 
 __all__ = ["precompile_file", "precompile_items"]
 
 log = logging.getLogger("gramserve.precompile")
 
 
-def _request_parts(item: dict[str, Any]) -> dict[str, Any]:
-    if "tools" in item:
-        return {"response_format": None, "structured_outputs": None, "tools": item["tools"],
-                "tool_choice": item.get("tool_choice", "auto"),
-                "parallel_tool_calls": item.get("parallel_tool_calls", True)}
-    rf = item.get("response_format") or {"type": "json_schema", "json_schema": {"name": "s", "schema": item}}
-    if rf.get("type") == "json_schema" and isinstance(rf.get("json_schema", {}).get("schema"), dict):
-        # requests compile the normalised schema (server.structured): warm that same cache key
-        rf = {**rf, "json_schema": {**rf["json_schema"], "schema": normalize_schema(rf["json_schema"]["schema"])}}
-    return {"response_format": rf, "structured_outputs": None, "tools": None, "tool_choice": None,
-            "parallel_tool_calls": True}
+def _request(item: dict[str, Any]) -> ChatCompletionRequest:
+    if "tools" in item or "response_format" in item:
+        body = {"messages": [{"role": "user", "content": "-"}],
+                **{k: item[k] for k in ("tools", "tool_choice", "parallel_tool_calls", "response_format") if k in item}}
+        if "tools" in item:
+            body.setdefault("tool_choice", "auto")
+        return ChatCompletionRequest.model_validate(body)
+    return schema_request(item)
 
 
 def precompile_items(state: ServerState, items: list[dict[str, Any]]) -> list[str]:
     """Compile every item; returns the errors (one per failing item, with its index)."""
-    from .constraints import ConstraintError, constraint_from_request
-
     errors = []
     for i, item in enumerate(items):
-        parts = _request_parts(item)
         try:
-            c = constraint_from_request(
-                **parts,
-                tool_format=getattr(state.tool_parser, "format", None) if parts["tools"] else None,
-                tool_constraints=state.settings.tool_constraints,
-            )
-            if c is not None:
-                result = state.grammar_cache.compile(c)
-                if not result.ok:
-                    errors.append(f"item {i}: {result.error}")
-        except ConstraintError as exc:
-            errors.append(f"item {i}: {exc}")
+            req = _request(item)
+            tools = [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools] if req.tools else None
+            build_constraint(state, req, tools)
+        except APIError as exc:
+            errors.append(f"item {i}: {exc.message}")
+        except (ValidationError, TypeError) as exc:
+            errors.append(f"item {i}: not a schema or a request part: {exc}")
     return errors
 
 

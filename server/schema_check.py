@@ -6,12 +6,12 @@ and was it already cached.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-from .constraints import Constraint, ConstraintError
+from .constraints import Constraint, ConstraintError, constraint_from_request
 from .schema_support import analyze_schema, normalize_schema
 
-__all__ = ["check_schema_report", "split_body"]
+__all__ = ["check_schema_report", "schema_constraint", "split_body"]
 
 
 def split_body(body: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -32,14 +32,25 @@ def split_body(body: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def check_schema_report(body: Any, *, cache: Any) -> dict[str, Any]:
-    """The report for every schema in ``body``; ``cache`` is a GrammarCache (compiles and counts)."""
+def schema_constraint(schema: dict[str, Any]) -> Constraint | None:
+    """What a request with ``schema`` as its (non-strict) ``json_schema`` response format
+    compiles when the server has no reasoning parser (the offline CLI's view)."""
+    rf = {"type": "json_schema", "json_schema": {"name": "schema", "schema": normalize_schema(schema)}}
+    return constraint_from_request(response_format=rf, structured_outputs=None, tools=None, tool_choice=None,
+                                   parallel_tool_calls=True, tool_format=None)
+
+
+def check_schema_report(body: Any, *, cache: Any,
+                        constraint_for: Callable[[dict[str, Any]], Any] = schema_constraint) -> dict[str, Any]:
+    """The report for every schema in ``body``; ``cache`` is a GrammarCache (compiles and counts).
+    ``constraint_for`` builds what a request would compile for a schema (the server passes its
+    own request path, so the report judges exactly that)."""
     items = []
     for label, schema in split_body(body):
         report = analyze_schema(schema, strict_mode=True)
         problems = report.strict_problems()
         try:
-            result = cache.compile(Constraint(kind="json", value=normalize_schema(schema)))
+            result = cache.compile(constraint_for(schema))
             compiled = {"compiles": result.ok, "error": result.error, "compile_seconds": round(result.seconds, 6),
                         "cached": result.cached}
         except ConstraintError as exc:

@@ -19,7 +19,8 @@ from .schema_support import normalize_schema
 from .errors import bad_request
 from .state import ServerState
 
-__all__ = ["build_constraint", "schema_limits", "constraint_limits", "MAX_CHOICES"]
+__all__ = ["build_constraint", "request_constraint", "compile_checked", "schema_request", "schema_limits",
+           "constraint_limits", "MAX_CHOICES"]
 
 MAX_CHOICES = 1024  # a choice list is a grammar of alternatives: beyond this it is a schema's job
 
@@ -113,7 +114,48 @@ def reasoning_spec(state: ServerState, req: Any) -> Any:
 
 
 def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] | None) -> tuple[Any, dict | None, bool]:
-    """Returns (constraint or None, schema to validate afterwards or None, strict)."""
+    """Returns (constraint or None, schema to validate afterwards or None, strict), compiled:
+    a constraint that does not compile is a 400 here, before any output."""
+    constraint, schema, strict = request_constraint(state, req, tools)
+    if constraint is not None:
+        compile_checked(state, constraint)
+    return constraint, schema, strict
+
+
+def compile_checked(state: ServerState, constraint: Any) -> Any:
+    """Compile through the cache (metrics counted); 400 naming xgrammar's reason when it fails."""
+    from .constraints import ConstraintError
+
+    if state.grammar_cache is None:
+        return None
+    try:
+        result = state.grammar_cache.compile(constraint)
+    except ConstraintError as exc:
+        raise bad_request(exc.message, param=exc.param, code="invalid_constraint") from exc
+    if result.cached:
+        metrics.GRAMMAR_CACHE_HITS.inc()
+    else:
+        metrics.GRAMMAR_CACHE_MISSES.inc()
+        metrics.GRAMMAR_COMPILE.observe(result.seconds)
+    if not result.ok:
+        raise bad_request(result.error or "the constraint could not be compiled", code="invalid_constraint")
+    return result
+
+
+def schema_request(schema: dict[str, Any]) -> ChatCompletionRequest:
+    """The request a bare schema stands for (``--precompile``, the schema check): a non-strict
+    ``json_schema`` response format, so they build exactly what such a request builds."""
+    return ChatCompletionRequest.model_validate({
+        "messages": [{"role": "user", "content": "-"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "schema", "schema": schema}},
+    })
+
+
+def request_constraint(state: ServerState, req: Any,
+                       tools: list[dict[str, Any]] | None) -> tuple[Any, dict | None, bool]:
+    """The one path from a request to its constraint: every input checked once (caps, ``$ref``,
+    strict support), then built; not compiled. Chat, completions, ``--precompile`` and the
+    schema check all come through here."""
     from .constraints import ConstraintError, constraint_from_request
 
     rf = req.response_format.model_dump(by_alias=True, exclude_none=True) if req.response_format else None
@@ -149,15 +191,6 @@ def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] |
             reasoning=reasoning_spec(state, req),
             tool_constraints=state.settings.tool_constraints,
         )
-        if constraint is not None and state.grammar_cache is not None:
-            result = state.grammar_cache.compile(constraint)
-            if result.cached:
-                metrics.GRAMMAR_CACHE_HITS.inc()
-            else:
-                metrics.GRAMMAR_CACHE_MISSES.inc()
-                metrics.GRAMMAR_COMPILE.observe(result.seconds)
-            if not result.ok:
-                raise ConstraintError(result.error or "the constraint could not be compiled", None)
     except ConstraintError as exc:
         raise bad_request(str(getattr(exc, "message", exc)), param=getattr(exc, "param", None),
                           code="invalid_constraint") from exc

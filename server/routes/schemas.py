@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..errors import bad_request
+from ..constraints import ConstraintError
+from ..errors import APIError, bad_request
 from ..schema_check import check_schema_report, split_body
-from ..structured import schema_limits
+from ..structured import request_constraint, schema_limits, schema_request
 from ._body import json_body_docs, read_json
 
 __all__ = ["router"]
@@ -44,8 +46,17 @@ async def check_schema(request: Request) -> JSONResponse:
                           param="tools", code="too_many_tools")
     for label, schema in items:  # the same caps as a request's schemas
         schema_limits(state, schema, param=label)
+
+    def constraint_for(schema: dict[str, Any]) -> Any:
+        """What a request with this schema compiles on this server (reasoning parser included)."""
+        try:
+            return request_constraint(state, schema_request(schema), None)[0]
+        except APIError as exc:  # reported in the item, like a compile failure
+            raise ConstraintError(exc.message, exc.param) from exc
+
     try:
-        report = await asyncio.to_thread(check_schema_report, body, cache=state.grammar_cache)
+        report = await asyncio.to_thread(check_schema_report, body, cache=state.grammar_cache,
+                                         constraint_for=constraint_for)
     except ValueError as exc:
         raise bad_request(str(exc), code="invalid_value") from exc
     return JSONResponse(report)

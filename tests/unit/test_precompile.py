@@ -42,3 +42,46 @@ def test_file_must_hold_a_list(make_app, tmp_path):
         precompile_file(built.state, f)
     f.write_text(json.dumps([GOOD_SCHEMA]))
     precompile_file(built.state, f)  # logs, does not raise
+
+
+# ---- one path: what is precompiled or diagnosed is what a request compiles
+
+PRESCREENED = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}, "required": ["n"]}
+
+
+def _request_hits(built, body) -> bool:
+    """Whether a request with ``body`` finds its constraint already compiled."""
+    from server.protocol import ChatCompletionRequest
+    from server.structured import request_constraint
+
+    req = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "x"}], **body})
+    tools = [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools] if req.tools else None
+    constraint = request_constraint(built.state, req, tools)[0]
+    return built.state.grammar_cache.compile(constraint).cached
+
+
+@pytest.mark.parametrize("reasoning", [None, "qwen3"])
+def test_precompile_warms_the_keys_requests_use(make_app, reasoning):
+    built = make_app(reasoning_parser=reasoning)
+    schema = {"type": "object", "properties": {f"z_{reasoning}": {"type": "string"}}}
+    assert precompile_items(built.state, [schema, PRESCREENED, TOOLS]) == []
+    assert _request_hits(built, {"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": schema}}})
+    assert _request_hits(built, {"response_format": {"type": "json_schema",
+                                                     "json_schema": {"name": "b", "schema": PRESCREENED}}})
+    assert _request_hits(built, TOOLS)
+
+
+@pytest.mark.parametrize("reasoning", [None, "qwen3"])
+def test_schema_check_compiles_what_a_request_compiles(make_app, reasoning):
+    built = make_app(reasoning_parser=reasoning)
+    # vLLM pre-screens it (multipleOf): a structural tag; a name of its own keeps it unseen
+    schema = {**PRESCREENED, "properties": {f"check_{reasoning}": PRESCREENED["properties"]["n"]}}
+    r = built.client().post("/v1/schemas/check", json=schema)
+    assert r.status_code == 200 and r.json()["items"][0]["compiles"] and not r.json()["items"][0]["cached"]
+    assert _request_hits(built, {"response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}})
+
+
+def test_schema_check_reports_an_invalid_schema_in_the_item(make_app):
+    r = make_app().client().post("/v1/schemas/check", json={"type": "object", "properties": {"a": {"type": "nope"}}})
+    item = r.json()["items"][0]
+    assert r.status_code == 200 and item["compiles"] is False and "nope" in item["error"]
