@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 __all__ = [
     "APIError",
     "ClientGone",
+    "internal_error",
     "bad_request",
     "error_body",
     "install_error_handlers",
@@ -62,6 +63,15 @@ class ClientGone(APIError):
 
     def __init__(self) -> None:
         super().__init__("The client closed the connection.", status=499, code="client_closed_request")
+
+
+def internal_error(exc: BaseException | None = None) -> APIError:
+    """The one 500: the same message wherever an unexpected failure is caught (the details go to
+    the log, not to the client)."""
+    kind = f": {type(exc).__name__}" if exc is not None else ""
+    return APIError(f"The server had an error while processing your request{kind}. Retry; if it persists, "
+                    "report it with the x-request-id of the response.", status=500, type="server_error",
+                    code="internal_error")
 
 
 def error_body(message: str, *, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
@@ -136,8 +146,4 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")
-        return JSONResponse(
-            error_body(f"The server had an error while processing your request: {type(exc).__name__}.",
-                       type="server_error", code="internal_error"),
-            status_code=500,
-        )
+        return internal_error(exc).response()

@@ -14,7 +14,7 @@ import uuid
 from typing import Any, Awaitable, Callable
 
 from . import metrics
-from .errors import error_body
+from .errors import error_body, internal_error
 from .state import ServerState
 
 __all__ = ["GatewayMiddleware"]
@@ -142,12 +142,12 @@ class GatewayMiddleware:
 
             try:
                 await self.app(scope, _capped(receive, st.settings.max_request_bytes), send_tracked)
-            except Exception:
+            except Exception as exc:
                 if started_response:
                     raise
                 log.exception("unhandled error", extra={"request_id": rid})
-                await reply(500, "The server had an error while processing your request.",
-                            type="server_error", code="internal_error")
+                err = internal_error(exc)
+                await reply(err.status, err.message, type=err.type, code=err.code or "internal_error")
         finally:
             if counted:
                 metrics.RUNNING.dec()

@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 import anyio
 
 from . import metrics
-from .errors import APIError, ClientGone, error_body
+from .errors import APIError, ClientGone, internal_error
 from .sse import DONE, sse_event
 from .state import ServerState
 
@@ -38,11 +38,10 @@ async def guarded_stream(events: AsyncIterator[bytes], *, state: ServerState,
         errored = True
         yield sse_event(exc.body())
         yield DONE
-    except Exception:
+    except Exception as exc:
         errored = True
         log.exception("stream failed")
-        yield sse_event(error_body("The server had an error while processing your request.",
-                                   type="server_error", code="internal_error"))
+        yield sse_event(internal_error(exc).body())
         yield DONE
     finally:
         if not clean:
