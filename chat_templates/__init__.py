@@ -13,9 +13,9 @@ __all__ = ["BUILTIN_TEMPLATES", "TEMPLATE_DIR", "builtin_template_path"]
 
 TEMPLATE_DIR: Path = Path(__file__).resolve().parent
 
-# name -> file; the name is also the matching tool parser's name.
+# name -> file, every <name>.jinja here; the name is also the matching tool-call family's name.
 BUILTIN_TEMPLATES: Mapping[str, Path] = MappingProxyType(
-    {name: TEMPLATE_DIR / f"{name}.jinja" for name in ("hermes", "llama3_json", "mistral")}
+    {path.stem: path for path in sorted(TEMPLATE_DIR.glob("*.jinja"))}
 )
 
 

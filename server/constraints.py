@@ -152,8 +152,8 @@ def _call_begin(fmt: CallFormat, name: str) -> str:
 
 def _calls_only_at_start(fmt: CallFormat) -> bool:
     """Formats whose parser finds calls only at the start of the output (no marker to find
-    them later): those whose trigger is bare JSON."""
-    return fmt.trigger.lstrip().startswith("{")
+    them later): the family's data says so."""
+    return not fmt.calls_follow_text
 
 
 def tool_call_format(

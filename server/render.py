@@ -9,7 +9,6 @@ Anything the client got wrong raises ``RenderError(message, param)`` (an HTTP 40
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import jinja2
 import jinja2.ext
@@ -26,6 +25,7 @@ import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from chat_templates import BUILTIN_TEMPLATES, builtin_template_path
+from tool_parsers import detect_family
 
 __all__ = [
     "BUILTIN_TEMPLATES",
@@ -34,7 +34,6 @@ __all__ = [
     "builtin_template_path",
     "compile_template",
     "load_model_template",
-    "mistral_tool_call_id",
     "normalize_messages",
     "normalize_tools",
 ]
@@ -42,8 +41,6 @@ __all__ = [
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt"})
 _TOOLS_RE = re.compile(r"\btools\b")
-_MISTRAL_ID_RE = re.compile(r"[A-Za-z0-9]{9}")
-_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
 class RenderError(ValueError):
@@ -222,21 +219,6 @@ def load_model_template(model_dir_or_tokenizer: Any) -> tuple[str | None, dict[s
 
 
 # --------------------------------------------------------------------------- normalisation
-def mistral_tool_call_id(call_id: str) -> str:
-    """Map any tool call id to the 9 alphanumeric characters Mistral models require.
-
-    Ids that already fit are kept; others are hashed, so the same id always maps to the
-    same short id (an assistant call and its tool result stay paired across requests)."""
-    if _MISTRAL_ID_RE.fullmatch(call_id):
-        return call_id
-    number = int.from_bytes(hashlib.sha256(call_id.encode("utf-8")).digest()[:8], "big")
-    chars = []
-    for _ in range(9):
-        number, digit = divmod(number, 62)
-        chars.append(_BASE62[digit])
-    return "".join(chars)
-
-
 def _text_content(content: Any, param: str) -> str:
     """OpenAI content (string, null, or text parts) -> one string, parts joined by newlines."""
     if content is None:
@@ -275,7 +257,7 @@ def _arguments(value: Any, param: str) -> dict[str, Any]:
     return value
 
 
-def _tool_calls(calls: Any, param: str, short_ids: bool) -> list[dict[str, Any]]:
+def _tool_calls(calls: Any, param: str, call_id_rule: Callable[[str], str] | None) -> list[dict[str, Any]]:
     if not isinstance(calls, list):
         raise RenderError(f"{param} must be a list", param)
     out = []
@@ -290,7 +272,7 @@ def _tool_calls(calls: Any, param: str, short_ids: bool) -> list[dict[str, Any]]
         out.append(
             {
                 **call,
-                "id": mistral_tool_call_id(call_id) if short_ids else call_id,
+                "id": call_id_rule(call_id) if call_id_rule else call_id,
                 "type": call.get("type", "function"),
                 "function": {
                     **function,
@@ -301,8 +283,9 @@ def _tool_calls(calls: Any, param: str, short_ids: bool) -> list[dict[str, Any]]
     return out
 
 
-def normalize_messages(messages: Any, *, short_ids: bool = False) -> list[dict[str, Any]]:
-    """Validate OpenAI messages and give them the one shape every template expects.
+def normalize_messages(messages: Any, *, call_id: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+    """Validate OpenAI messages and give them the one shape every template expects
+    (``call_id``: the model family's rule for call ids, e.g. Mistral's 9 characters).
 
     New dicts are returned; the input is never modified."""
     if not isinstance(messages, list) or not messages:
@@ -323,21 +306,21 @@ def normalize_messages(messages: Any, *, short_ids: bool = False) -> list[dict[s
         if role == "assistant":
             calls = message.get("tool_calls")
             if calls:
-                item["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls", short_ids)
+                item["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls", call_id)
                 for call in calls:
                     names[call["id"]] = call["function"]["name"]
             else:
                 item.pop("tool_calls", None)
         elif role == "tool":
-            call_id = message.get("tool_call_id")
-            if not isinstance(call_id, str) or not call_id:
+            answered = message.get("tool_call_id")
+            if not isinstance(answered, str) or not answered:
                 raise RenderError(
                     f"{where}.tool_call_id is required: the id of the assistant tool call this answers",
                     f"{where}.tool_call_id",
                 )
-            if "name" not in item and call_id in names:
-                item["name"] = names[call_id]
-            item["tool_call_id"] = mistral_tool_call_id(call_id) if short_ids else call_id
+            if "name" not in item and answered in names:
+                item["name"] = names[answered]
+            item["tool_call_id"] = call_id(answered) if call_id else answered
         out.append(item)
     return out
 
@@ -381,6 +364,7 @@ class ChatRenderer:
     template_source: str
     special_tokens: Mapping[str, str] = field(default_factory=dict)
     _template: jinja2.Template = field(init=False, repr=False, compare=False)
+    _call_id: Callable[[str], str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:
@@ -388,6 +372,8 @@ class ChatRenderer:
         except jinja2.TemplateSyntaxError as exc:
             raise ValueError(f"chat template {self.template_name} does not compile: {exc}") from exc
         object.__setattr__(self, "_template", compiled)
+        family = detect_family(self.template_source)  # whose markers the template writes
+        object.__setattr__(self, "_call_id", family.call_id if family else None)
         object.__setattr__(self, "special_tokens", MappingProxyType(dict(self.special_tokens)))
 
     @classmethod
@@ -422,9 +408,9 @@ class ChatRenderer:
         return bool(_TOOLS_RE.search(self.template_source))
 
     @property
-    def short_tool_call_ids(self) -> bool:
-        """Mistral-format templates need 9-character call ids (see mistral_tool_call_id)."""
-        return "[TOOL_CALLS]" in self.template_source
+    def call_id_rule(self) -> Callable[[str], str] | None:
+        """The call-id rule of the model family this template belongs to (Mistral: 9 characters)."""
+        return self._call_id
 
     def render(
         self,
@@ -453,7 +439,7 @@ class ChatRenderer:
         variables = {
             **self.special_tokens,
             **extra,
-            "messages": normalize_messages(messages, short_ids=self.short_tool_call_ids),
+            "messages": normalize_messages(messages, call_id=self.call_id_rule),
             "tools": tool_list,
             "add_generation_prompt": add_generation_prompt,
         }

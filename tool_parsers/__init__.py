@@ -1,66 +1,79 @@
-"""Tool-call parsers: registry and detection from a chat template.
+"""Tool-call formats, one module per model family: registry and detection.
 
-Every parser is a pure function of the generated text (see :mod:`tool_parsers.base`).
+Each family module (``tool_parsers/<family>.py``, any module here not starting with ``_``
+and not ``base``) declares ``FAMILIES``: :class:`~tool_parsers.base.ModelFamily` data with
+its parser, call format, detection and call-id rule. Adding a family is adding one module
+(and, to ship a template, ``chat_templates/<name>.jinja``). Every parser is a pure function
+of the generated text (see :mod:`tool_parsers.base`).
 """
 from __future__ import annotations
 
-import re
+import importlib
+import pkgutil
+from types import MappingProxyType
+from typing import Mapping
 
-from .base import CallFormat, ParsedTools, ToolCallPart, ToolParser
-from .hermes import HermesToolParser
-from .llama3_json import Llama3JsonToolParser
-from .mistral import MistralToolParser, MistralV11ToolParser, MistralV13ToolParser
+from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = [
     "CallFormat",
+    "ModelFamily",
     "ParsedTools",
     "ToolCallPart",
     "ToolParser",
+    "FAMILIES",
     "TOOL_PARSERS",
+    "register_family",
+    "get_family",
     "get_tool_parser",
+    "detect_family",
     "detect_tool_parser",
 ]
 
-_CLASSES: dict[str, type[ToolParser]] = {
-    cls.name: cls
-    for cls in (
-        HermesToolParser,
-        Llama3JsonToolParser,
-        MistralToolParser,
-        MistralV11ToolParser,
-        MistralV13ToolParser,
-    )
-}
-TOOL_PARSERS: tuple[str, ...] = tuple(_CLASSES)
-
-# v11 templates write the function name right after the marker: "[TOOL_CALLS]" + name.
-_MISTRAL_V11 = re.compile(r"\[TOOL_CALLS\]\s*(?:['\"]\s*\+|\{\{)")
-_LLAMA3_PARAMETERS = re.compile(r"[\"']?parameters[\"']?")
+_FAMILIES: dict[str, ModelFamily] = {}
 
 
-def get_tool_parser(name: str) -> ToolParser:
-    """A parser instance by registry name (parsers are stateless; instances are cheap)."""
+def register_family(family: ModelFamily) -> ModelFamily:
+    """Add a family (built-in modules are registered on import; tests and plugins may add more)."""
+    if family.name in _FAMILIES and _FAMILIES[family.name] is not family:
+        raise ValueError(f"a tool-call family named {family.name!r} is already registered")
+    _FAMILIES[family.name] = family
+    return family
+
+
+for _info in pkgutil.iter_modules(__path__):
+    if not _info.name.startswith("_") and _info.name != "base":
+        for _family in getattr(importlib.import_module(f"{__name__}.{_info.name}"), "FAMILIES", ()):
+            register_family(_family)
+
+FAMILIES: Mapping[str, ModelFamily] = MappingProxyType(_FAMILIES)  # a live view
+TOOL_PARSERS: tuple[str, ...] = tuple(sorted(_FAMILIES))  # the built-in families
+
+
+def get_family(name: str) -> ModelFamily:
     try:
-        return _CLASSES[name]()
+        return _FAMILIES[name]
     except KeyError:
         raise ValueError(
-            f"unknown tool parser {name!r}; choose one of: {', '.join(TOOL_PARSERS)}"
+            f"unknown tool parser {name!r}; choose one of: {', '.join(sorted(_FAMILIES))}"
         ) from None
 
 
-def detect_tool_parser(chat_template_text: str) -> str | None:
-    """Pick the tool parser from the markers a chat template uses, or None if unknown."""
+def get_tool_parser(name: str) -> ToolParser:
+    """A family's parser by registry name (parsers are stateless and shared)."""
+    return get_family(name).parser
+
+
+def detect_family(chat_template_text: str) -> ModelFamily | None:
+    """The family whose markers a chat template uses, or None if unknown."""
     text = chat_template_text or ""
-    if "<tool_call>" in text:
-        return HermesToolParser.name
-    if "[TOOL_CALLS]" in text or "[AVAILABLE_TOOLS]" in text:
-        if "[ARGS]" in text:
-            return MistralV13ToolParser.name
-        if _MISTRAL_V11.search(text):
-            return MistralV11ToolParser.name
-        return MistralToolParser.name
-    if "<|python_tag|>" in text:
-        return Llama3JsonToolParser.name
-    if "<|start_header_id|>" in text and _LLAMA3_PARAMETERS.search(text):
-        return Llama3JsonToolParser.name
+    for family in sorted(_FAMILIES.values(), key=lambda f: (f.detect_order, f.name)):
+        if family.detect(text):
+            return family
     return None
+
+
+def detect_tool_parser(chat_template_text: str) -> str | None:
+    """The name of :func:`detect_family`'s answer, or None."""
+    family = detect_family(chat_template_text)
+    return family.name if family else None

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from ._scan import ScanCache
 
-__all__ = ["ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ScanCache"]
+__all__ = ["ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "ScanCache"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,9 @@ class CallFormat:
     call_end: str
     separator: str
     section_end: str
+    # False when the parser finds calls only at the start of the output (no marker to find
+    # them after free text): under "auto" the grammar then offers calls or text, not both.
+    calls_follow_text: bool = True
 
 
 class ToolParser(ABC):
@@ -88,7 +91,35 @@ class ToolParser(ABC):
     end: ClassVar[str]
     format: ClassVar[CallFormat]
 
+    def __init__(self, **data: object) -> None:
+        """A variant as data: ``name``, ``start``, ``end`` or ``format`` given here override the
+        class's (e.g. one Mistral parser, three formats)."""
+        for key, value in data.items():
+            if key not in ("name", "start", "end", "format"):
+                raise TypeError(f"unknown parser attribute {key!r}")
+            setattr(self, key, value)
+
     @abstractmethod
     def parse(self, text: str, *, final: bool) -> ParsedTools:
         """Parse the whole text so far. While not final, hold back text that may be
         the start of a marker (never emit a partial marker as content)."""
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """Everything the server knows about how one model family writes tool calls, as data.
+
+    A family module (``tool_parsers/<family>.py``) declares ``FAMILIES``; detection, rendering
+    and constraint building read these fields and nothing else knows a family by name.
+    """
+
+    name: str  # registry name: --tool-call-parser, and the built-in chat template's name
+    parser: ToolParser  # pure parse(text, final=); its ``format`` is what grammars make the model write
+    detect: Callable[[str], bool]  # True when a chat template's source is this family's
+    detect_order: int = 100  # detection tries lower first (more specific markers before general ones)
+    template: str | None = None  # chat_templates/<template>.jinja renders this family's tools, if shipped
+    call_id: Callable[[str], str] | None = None  # how its templates need call ids (None: as given)
+
+    @property
+    def format(self) -> CallFormat:
+        return self.parser.format

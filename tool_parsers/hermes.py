@@ -16,9 +16,9 @@ from typing import ClassVar
 
 from ._content import ContentBuilder
 from ._scan import JsonError, partial_marker_start, scan_call_object, skip_ws
-from .base import CallFormat, ParsedTools, ToolCallPart, ToolParser
+from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
-__all__ = ["HermesToolParser"]
+__all__ = ["HermesToolParser", "FAMILIES"]
 
 
 class HermesToolParser(ToolParser):
@@ -92,3 +92,9 @@ class HermesToolParser(ToolParser):
             return obj_end
         # Neither marker (yet): hold while streaming; at the end the rest is content.
         return obj_end if final else len(text)
+
+
+FAMILIES = (
+    ModelFamily(name="hermes", parser=HermesToolParser(), template="hermes",
+                detect=lambda template: "<tool_call>" in template, detect_order=10),
+)

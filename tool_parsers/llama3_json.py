@@ -17,12 +17,13 @@ stay. Text after the calls that is not another call is content.
 """
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from ._scan import CallObject, JsonError, scan_call_object, skip_ws
-from .base import CallFormat, ParsedTools, ToolCallPart, ToolParser
+from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
-__all__ = ["Llama3JsonToolParser"]
+__all__ = ["Llama3JsonToolParser", "FAMILIES"]
 
 _CALL_KEYS = ("name", "parameters", "arguments")
 
@@ -41,6 +42,7 @@ class Llama3JsonToolParser(ToolParser):
         call_end="}",
         separator="; ",
         section_end="",
+        calls_follow_text=False,  # bare JSON: a call is found only at the start of the output
     )
 
     def parse(self, text: str, *, final: bool) -> ParsedTools:
@@ -95,3 +97,16 @@ def _may_be_call(obj: CallObject) -> bool:
     if obj.end is not None:
         return obj.name is not None and obj.has_arguments
     return True
+
+
+_PARAMETERS = re.compile(r"[\"']?parameters[\"']?")
+
+
+def _detect(template: str) -> bool:
+    return "<|python_tag|>" in template or ("<|start_header_id|>" in template and bool(_PARAMETERS.search(template)))
+
+
+FAMILIES = (
+    ModelFamily(name="llama3_json", parser=Llama3JsonToolParser(), template="llama3_json", detect=_detect,
+                detect_order=30),
+)

@@ -7,8 +7,8 @@ Shapes accepted after each ``[TOOL_CALLS]`` marker (by every variant):
 * v11: ``[TOOL_CALLS]f{...}``, each call behind its own marker;
 * v13 (Magistral, Devstral): ``[TOOL_CALLS]f[ARGS]{...}``.
 
-The registry variants ``mistral`` / ``mistral_v11`` / ``mistral_v13`` parse the same way
-and differ only by :attr:`format` (what a grammar should make the model write).
+The families ``mistral`` / ``mistral_v11`` / ``mistral_v13`` share this one parser and
+differ only by their ``format`` data (what a grammar should make the model write).
 
 Malformed sections: when the text after a marker is not one of these shapes (invalid
 JSON, an element without a string name, text ending inside it at the final parse), the
@@ -18,14 +18,15 @@ vLLM raises on a second ``[TOOL_CALLS]``; a server should not).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import ClassVar
 
 from ._content import ContentBuilder
 from ._scan import JsonError, partial_marker_start, scan_array, scan_call_object, scan_value, skip_ws
-from .base import CallFormat, ParsedTools, ToolCallPart, ToolParser
+from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
-__all__ = ["MistralToolParser", "MistralV11ToolParser", "MistralV13ToolParser"]
+__all__ = ["MistralToolParser", "V11_FORMAT", "V13_FORMAT", "mistral_tool_call_id", "FAMILIES"]
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]*")
 
@@ -134,31 +135,46 @@ class MistralToolParser(ToolParser):
         return [ToolCallPart(name, text[q:end], True)], end
 
 
-class MistralV11ToolParser(MistralToolParser):
-    """Same parsing; format data for ``[TOOL_CALLS]name{arguments}``."""
+V11_FORMAT = CallFormat(  # [TOOL_CALLS]name{arguments}
+    trigger="[TOOL_CALLS]", section_begin="", call_begin="[TOOL_CALLS]", name_end="", call_end="", separator="",
+    section_end="")
+V13_FORMAT = CallFormat(  # [TOOL_CALLS]name[ARGS]{arguments} (Magistral, Devstral)
+    trigger="[TOOL_CALLS]", section_begin="", call_begin="[TOOL_CALLS]", name_end="[ARGS]", call_end="",
+    separator="", section_end="")
 
-    name: ClassVar[str] = "mistral_v11"
-    format: ClassVar[CallFormat] = CallFormat(
-        trigger="[TOOL_CALLS]",
-        section_begin="",
-        call_begin="[TOOL_CALLS]",
-        name_end="",
-        call_end="",
-        separator="",
-        section_end="",
-    )
+_MARKERS = ("[TOOL_CALLS]", "[AVAILABLE_TOOLS]")
+# v11 templates write the function name right after the marker: "[TOOL_CALLS]" + name.
+_V11_TEMPLATE = re.compile(r"\[TOOL_CALLS\]\s*(?:['\"]\s*\+|\{\{)")
+_ID = re.compile(r"[A-Za-z0-9]{9}")
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
-class MistralV13ToolParser(MistralToolParser):
-    """Same parsing; format data for ``[TOOL_CALLS]name[ARGS]{arguments}``."""
+def mistral_tool_call_id(call_id: str) -> str:
+    """Map any tool call id to the 9 alphanumeric characters Mistral models require.
 
-    name: ClassVar[str] = "mistral_v13"
-    format: ClassVar[CallFormat] = CallFormat(
-        trigger="[TOOL_CALLS]",
-        section_begin="",
-        call_begin="[TOOL_CALLS]",
-        name_end="[ARGS]",
-        call_end="",
-        separator="",
-        section_end="",
-    )
+    Ids that already fit are kept; others are hashed, so the same id always maps to the
+    same short id (an assistant call and its tool result stay paired across requests)."""
+    if _ID.fullmatch(call_id):
+        return call_id
+    number = int.from_bytes(hashlib.sha256(call_id.encode("utf-8")).digest()[:8], "big")
+    chars = []
+    for _ in range(9):
+        number, digit = divmod(number, 62)
+        chars.append(_BASE62[digit])
+    return "".join(chars)
+
+
+def _is_mistral(template: str) -> bool:
+    return any(m in template for m in _MARKERS)
+
+
+# One parser, three formats: the variants are data (what a grammar makes the model write).
+FAMILIES = (
+    ModelFamily(name="mistral_v13", parser=MistralToolParser(name="mistral_v13", format=V13_FORMAT),
+                detect=lambda t: _is_mistral(t) and "[ARGS]" in t, detect_order=20, call_id=mistral_tool_call_id),
+    ModelFamily(name="mistral_v11", parser=MistralToolParser(name="mistral_v11", format=V11_FORMAT),
+                detect=lambda t: _is_mistral(t) and bool(_V11_TEMPLATE.search(t)), detect_order=21,
+                call_id=mistral_tool_call_id),
+    ModelFamily(name="mistral", parser=MistralToolParser(), template="mistral", detect=_is_mistral,
+                detect_order=22, call_id=mistral_tool_call_id),
+)
