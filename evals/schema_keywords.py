@@ -244,7 +244,7 @@ def evaluate_case(case: Case, *, strict_mode: bool = False, normalize: bool = Fa
     """Compile ``case.schema`` and classify every instance (see module docstring)."""
     schema = case.schema
     if normalize:
-        from server.schema_support import normalize_schema
+        from server.structured.schema_support import normalize_schema
 
         schema = normalize_schema(schema) if isinstance(schema, dict) else schema
     truth, fixes, why = true_labels(case)
@@ -283,7 +283,7 @@ def evaluate_case(case: Case, *, strict_mode: bool = False, normalize: bool = Fa
 
 def schema_keywords(schema: Any) -> set[str]:
     """Keywords a schema uses anywhere (for the bench's per-keyword and combination tables)."""
-    from server.schema_support import analyze_schema
+    from server.structured.schema_support import analyze_schema
 
     if not isinstance(schema, dict):
         return set()
@@ -382,7 +382,7 @@ def _print_table(agg: dict[str, Any], mode: str) -> None:
 
 def strict_acceptance(cases: Iterable[Case], *, strict_mode: bool, normalize: bool) -> dict[str, bool]:
     """Whether ``analyze_schema`` finds no strict problems (fail-closed strict accepts it)."""
-    from server.schema_support import analyze_schema, normalize_schema
+    from server.structured.schema_support import analyze_schema, normalize_schema
 
     out = {}
     for c in cases:

@@ -21,17 +21,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args else 2
     cmd, rest = args[0], args[1:]
     if cmd == "serve":
-        from .config import settings_from_args
-        from .runner import serve
+        from server.config import settings_from_args
+        from server.runner import serve
 
         return serve(settings_from_args(rest))
     if cmd == "prepare-model":
-        from .models import ensure_default_model
+        from server.default_model import ensure_default_model
 
         print(ensure_default_model(progress=True))
         return 0
     if cmd == "check-schema":
-        from .schema_cli import check_schema_main
+        from server.structured.schema_cli import check_schema_main
 
         return check_schema_main(rest)
     print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)

@@ -17,10 +17,10 @@ from typing import Any
 
 import uvicorn
 
-from .config import Settings, is_cpu_only
-from .engine.vllm_plugin import ENV_FLAG as ENGINE_PLUGIN_FLAG
-from .logs import configure_logging
-from .state import ServerState
+from server.config import Settings, is_cpu_only
+from server.engine.vllm_plugin import ENV_FLAG as ENGINE_PLUGIN_FLAG
+from server.logs import configure_logging
+from server.state import ServerState
 
 __all__ = ["serve", "build_state", "apply_platform_defaults"]
 
@@ -59,15 +59,15 @@ def build_state(settings: Settings) -> ServerState:
     from reasoning_parsers import get_reasoning_parser
     from tool_parsers import detect_tool_parser, get_tool_parser
 
-    from .engine.vllm_engine import EngineOptions, VllmEngine
-    from .grammar_cache import GrammarCache, tokenizer_info_from_hf
-    from .render import ChatRenderer
+    from server.engine.vllm_engine import EngineOptions, VllmEngine
+    from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
+    from server.chat.render import ChatRenderer
 
     defaults = apply_platform_defaults(settings)
     model = settings.model
     default_template = None
     if model is None:
-        from .models import ensure_default_model
+        from server.default_model import ensure_default_model
 
         model = str(ensure_default_model())
         default_template = "hermes"
@@ -156,14 +156,14 @@ async def _watch_engine(state: ServerState, server: _Server) -> None:
 
 
 async def _serve(settings: Settings) -> int:
-    from .app import create_app
-    from .http_protocol import EnvelopeHTTPProtocol
-    from .precompile import precompile_file
+    from server.api.app import create_app
+    from server.api.http_protocol import EnvelopeHTTPProtocol
+    from server.structured.precompile import precompile_file
 
     state = build_state(settings)
     if settings.precompile:
         precompile_file(state, Path(settings.precompile))
-    from .metrics import init_labels
+    from server.metrics import init_labels
 
     init_labels(tool_parser=getattr(state.tool_parser, "name", None))
     state.ready = True

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import Settings
-from .engine.base import Engine
+from server.config import Settings
+from server.engine.base import Engine
 
 __all__ = ["ServerState", "check_model"]
 
@@ -34,7 +34,7 @@ class ServerState:
 
 def check_model(state: ServerState, model: str | None) -> None:
     """404 ``model_not_found`` unless ``model`` names the served model (or is omitted)."""
-    from .errors import APIError
+    from server.errors import APIError
 
     if model is None or model == state.engine.model_name:
         return

@@ -9,7 +9,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
-from .base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk, TokenLogprob
+from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk, TokenLogprob
 
 __all__ = ["FakeEngine", "CharTokenizer"]
 

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from .base import (
+from server.engine.base import (
     EngineAbortedError,
     EngineDeadError,
     EngineRequestError,

@@ -22,7 +22,7 @@ def _model_dir() -> Path:
     env = os.environ.get("GRAMSERVE_MODEL_DIR")
     if env:
         return Path(env)
-    from server.models import ensure_default_model
+    from server.default_model import ensure_default_model
 
     return ensure_default_model(progress=False)
 
@@ -35,7 +35,7 @@ def hf_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def grammar_cache(hf_model_dir: Path) -> Iterator[Any]:
     """One grammar cache per session; its tokenizer info is built on first compile."""
-    from server.grammar_cache import GrammarCache, tokenizer_info_from_hf
+    from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
 
     def info() -> Any:
         import transformers
@@ -49,7 +49,7 @@ def grammar_cache(hf_model_dir: Path) -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def hermes_renderer(hf_model_dir: Path) -> Any:
-    from server.render import ChatRenderer
+    from server.chat.render import ChatRenderer
 
     return ChatRenderer.from_model(model_dir_or_tokenizer=str(hf_model_dir), chat_template="hermes")
 
@@ -81,7 +81,7 @@ def make_app(grammar_cache: Any, hermes_renderer: Any) -> AppFactory:
     """make_app(script=..., settings=Settings(...), delay=..., max_model_len=..., tool_parser="hermes",
     reasoning_parser=None)."""
     from server import metrics
-    from server.app import create_app
+    from server.api.app import create_app
     from server.config import Settings
     from server.engine.fake import FakeEngine
     from server.state import ServerState

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.testdata import testdata_root
-from server.stream import FinalMessage, MessageDelta, MessageStream
+from server.chat.message_stream import FinalMessage, MessageDelta, MessageStream
 
 __all__ = [
     "TESTDATA",
@@ -100,7 +100,7 @@ def _tokenizer() -> Any:
     model_dir = os.environ.get("GRAMSERVE_MODEL_DIR")
     if not model_dir or not Path(model_dir).is_dir():
         try:  # the embedded SmolLM2 (converted once, then cached): real token boundaries
-            from server.models import ensure_default_model
+            from server.default_model import ensure_default_model
 
             model_dir = str(ensure_default_model(progress=False))
         except (ImportError, FileNotFoundError):

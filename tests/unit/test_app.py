@@ -693,7 +693,7 @@ def test_disconnect_aborts_engine_request(make_app):
 
 
 async def _test_disconnect_aborts_engine_request(make_app):
-    from server.chat_service import chat_stream, prepare_chat
+    from server.chat.service import chat_stream, prepare_chat
     from server.protocol import ChatCompletionRequest
 
     b = make_app(script=_script(["a", "b", "c", "d"]))
@@ -715,7 +715,7 @@ def test_finished_stream_does_not_abort(make_app):
 
 
 async def _test_finished_stream_does_not_abort(make_app):
-    from server.chat_service import chat_stream, prepare_chat
+    from server.chat.service import chat_stream, prepare_chat
     from server.protocol import ChatCompletionRequest
 
     b = make_app()
@@ -782,7 +782,7 @@ async def _disconnect_mid_stream(b: Any) -> None:
 
 
 def test_completion_stream_disconnect_aborts(make_app):
-    from server.completion_service import completion_stream, prepare_completion
+    from server.chat.completions import completion_stream, prepare_completion
     from server.protocol import CompletionRequest
 
     b = make_app(script=_script(["a", "b", "c", "d"]))

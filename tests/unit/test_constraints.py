@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-from server import grammar_cache as gc_mod
-from server.constraints import (
+from server.structured import grammar_cache as gc_mod
+from server.structured.constraints import (
     Constraint,
     ConstraintError,
     ReasoningSpec,
     constraint_from_request,
     vllm_json_refusal,
 )
-from server.grammar_cache import CompileResult, GrammarCache, compile_constraint, tokenizer_info_from_hf
+from server.structured.grammar_cache import CompileResult, GrammarCache, compile_constraint, tokenizer_info_from_hf
 from tests.testdata import testdata_root
 from tool_parsers import TOOL_PARSERS, get_tool_parser
 
@@ -491,7 +491,7 @@ def test_vllm_accepts_what_we_produce() -> None:
 
 
 def test_parameterless_tool_is_exactly_empty_braces() -> None:
-    from server.constraints import constraint_from_request
+    from server.structured.constraints import constraint_from_request
 
     tools = [{"type": "function", "function": {"name": "get_time"}}]
     c = constraint_from_request(response_format=None, structured_outputs=None, tools=tools,

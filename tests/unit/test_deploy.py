@@ -231,7 +231,7 @@ def test_dockerfiles_pin_the_engine_pyproject_pins() -> None:
 @pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cpu"])
 def test_dockerfile_copies_every_python_package(name: str) -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    top_level = {p.split(".")[0] for p in pyproject["tool"]["setuptools"]["packages"]}
+    top_level = {p.rstrip("*").split(".")[0] for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
     copied = {args.split()[0] for k, args in _instructions(_dockerfile(name)) if k == "COPY"}
     assert top_level <= copied, f"{name} misses {sorted(top_level - copied)}"
     ignored = set((REPO / ".dockerignore").read_text().split())

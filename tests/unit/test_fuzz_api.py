@@ -38,7 +38,7 @@ CONFIG = {
 def _schema() -> Any:
     """The schema, read from /openapi.json of an app like make_app's (it is needed at collection
     time, before fixtures exist; the requests go to make_app's app, which serves the same document)."""
-    from server.app import create_app
+    from server.api.app import create_app
     from server.config import Settings
     from server.engine.fake import FakeEngine
     from server.state import ServerState

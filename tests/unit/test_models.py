@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server import models
+from server import default_model as models
 
 gguf = pytest.importorskip("gguf")
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from server.precompile import precompile_file, precompile_items
+from server.structured.precompile import precompile_file, precompile_items
 
 GOOD_SCHEMA = {"type": "object", "title": "T", "properties": {"a": {"type": "string"}}, "required": ["a"]}
 TOOLS = {"tools": [{"type": "function", "function": {"name": "f", "parameters": GOOD_SCHEMA}}],
@@ -18,8 +18,8 @@ def test_items_compile_into_the_cache(make_app):
     errors = precompile_items(built.state, [GOOD_SCHEMA, TOOLS, {"response_format": {"type": "json_object"}}])
     assert errors == []
     # the same schema, asked for by a request afterwards, is a cache hit
-    from server.constraints import constraint_from_request
-    from server.schema_support import normalize_schema
+    from server.structured.constraints import constraint_from_request
+    from server.structured.schema_support import normalize_schema
 
     schema = normalize_schema(GOOD_SCHEMA)  # what a request compiles
     c = constraint_from_request(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
@@ -52,7 +52,7 @@ PRESCREENED = {"type": "object", "properties": {"n": {"type": "integer", "multip
 def _request_hits(built, body) -> bool:
     """Whether a request with ``body`` finds its constraint already compiled."""
     from server.protocol import ChatCompletionRequest
-    from server.structured import request_constraint
+    from server.structured.from_request import request_constraint
 
     req = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "x"}], **body})
     tools = [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools] if req.tools else None

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from chat_templates import BUILTIN_TEMPLATES
-from server.prompt_tokens import ControlTokenGuard, guard_for, tokenize_chat_prompt
-from server.render import ChatRenderer, RenderError
+from server.chat.prompt_tokens import ControlTokenGuard, guard_for, tokenize_chat_prompt
+from server.chat.render import ChatRenderer, RenderError
 
 FAMILY_TOKENS = {
     "hermes": [],  # SmolLM2's own

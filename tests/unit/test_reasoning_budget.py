@@ -12,7 +12,7 @@ from typing import Any
 
 from server.config import Settings
 from server.engine.base import GenerateRequest, TokenChunk
-from server.reasoning_budget import budgeted_chunks, think_block_constraint
+from server.chat.reasoning_budget import budgeted_chunks, think_block_constraint
 from tests.sse_validator import validate_sse
 
 CHAT = "/v1/chat/completions"
@@ -211,7 +211,7 @@ def test_cap_without_reasoning_parser_is_400(make_app):
 
 def test_chunks_feed_the_end_marker_once(make_app):
     b = _app(make_app, _two_phase(["abc", "def", "ghi"], ["x", "y"]))
-    from server.chat_service import prepare_chat, run_engine
+    from server.chat.service import prepare_chat, run_engine
     from server.protocol import ChatCompletionRequest
 
     req = ChatCompletionRequest.model_validate({"messages": USER, "max_tokens": 100, "max_reasoning_tokens": 5})
@@ -235,7 +235,7 @@ def test_disconnect_during_answer_aborts_the_request(make_app):
     b = _app(make_app, _two_phase(["abcdefgh"], ["x"] * 50), delay=0.005)
 
     async def run() -> None:
-        from server.chat_service import chat_stream, prepare_chat
+        from server.chat.service import chat_stream, prepare_chat
         from server.protocol import ChatCompletionRequest
 
         req = ChatCompletionRequest.model_validate({"messages": USER, "stream": True, "max_tokens": 100,

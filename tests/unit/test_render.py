@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chat_templates import BUILTIN_TEMPLATES, builtin_template_path
-from server.render import ChatRenderer, RenderError, load_model_template
+from server.chat.render import ChatRenderer, RenderError, load_model_template
 from tool_parsers.mistral import mistral_tool_call_id
 from tests.testdata import testdata, testdata_root
 

@@ -6,9 +6,9 @@ import json
 import pytest
 import xgrammar as xgr
 
-from server.grammar_cache import GrammarCache
-from server.schema_check import check_schema_report, split_body
-from server.schema_cli import check_schema_main
+from server.structured.grammar_cache import GrammarCache
+from server.structured.schema_check import check_schema_report, split_body
+from server.structured.schema_cli import check_schema_main
 
 SCHEMA = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
                                            "n": {"type": "integer"}}, "required": ["n"]}

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from evals.schema_keywords import Matcher
-from server.schema_support import analyze_schema, normalize_schema
+from server.structured.schema_support import analyze_schema, normalize_schema
 
 
 def _python_date_ok(s: str) -> bool:  # what jsonschema's ``date`` checker accepts

@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO))
 
 from evals.schema_keywords import Matcher, evaluate_case, load_bench, load_test_suite  # noqa: E402
 from tests.testdata import testdata_root  # noqa: E402
-from server.schema_support import (  # noqa: E402
+from server.structured.schema_support import (  # noqa: E402
     ANNOTATION,
     EXACT,
     LOOSE,

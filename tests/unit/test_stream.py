@@ -7,7 +7,7 @@ import random
 import pytest
 
 from reasoning_parsers import get_reasoning_parser
-from server.stream import (
+from server.chat.message_stream import (
     MessageDelta,
     MessageStream,
     Parsed,

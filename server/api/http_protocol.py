@@ -10,7 +10,7 @@ import json
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from .errors import error_body
+from server.errors import error_body
 
 __all__ = ["EnvelopeHTTPProtocol", "framing_error_response"]
 

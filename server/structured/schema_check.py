@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .constraints import Constraint, ConstraintError, constraint_from_request
-from .schema_support import analyze_schema, normalize_schema
+from server.structured.constraints import Constraint, ConstraintError, constraint_from_request
+from server.structured.schema_support import analyze_schema, normalize_schema
 
 __all__ = ["check_schema_report", "schema_constraint", "split_body"]
 

@@ -6,7 +6,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..engine.base import EngineDeadError
+from server.engine.base import EngineDeadError
 
 __all__ = ["router"]
 

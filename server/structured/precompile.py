@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import APIError
-from .protocol import ChatCompletionRequest
-from .state import ServerState
-from .structured import build_constraint, schema_request
+from server.errors import APIError
+from server.protocol import ChatCompletionRequest
+from server.state import ServerState
+from server.structured.from_request import build_constraint, schema_request
 
 __all__ = ["precompile_file", "precompile_items"]
 

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from pydantic import BaseModel, ValidationError
 
-from ..errors import bad_request, validation_error
+from server.errors import bad_request, validation_error
 
 __all__ = ["completion_docs", "json_body_docs", "openapi_with_body_schemas", "parse_body", "read_json"]
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import time
 
-from . import metrics
-from .engine.base import EngineRequestError, GenerateRequest, TokenChunk
-from .errors import bad_request
+from server import metrics
+from server.engine.base import EngineRequestError, GenerateRequest, TokenChunk
+from server.errors import bad_request
 
 __all__ = ["GenerationTimer", "completion_budget", "checked"]
 

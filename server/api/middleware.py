@@ -13,9 +13,9 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from . import metrics
-from .errors import error_body, internal_error
-from .state import ServerState
+from server import metrics
+from server.errors import error_body, internal_error
+from server.state import ServerState
 
 __all__ = ["GatewayMiddleware"]
 
@@ -170,7 +170,7 @@ def _capped(receive: Receive, limit: int) -> Receive:
         if message["type"] == "http.request":
             seen += len(message.get("body", b""))
             if seen > limit:
-                from .errors import APIError
+                from server.errors import APIError
 
                 raise APIError(f"Request body too large (limit {limit} bytes).", status=413,
                                code="request_too_large")

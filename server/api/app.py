@@ -4,11 +4,11 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from .errors import install_error_handlers
-from .middleware import GatewayMiddleware
-from .routes import chat, completions, health, metrics, models, schemas
-from .routes._body import openapi_with_body_schemas
-from .state import ServerState
+from server.errors import install_error_handlers
+from server.api.middleware import GatewayMiddleware
+from server.api.routes import chat, completions, health, metrics, models, schemas
+from server.api.routes._body import openapi_with_body_schemas
+from server.state import ServerState
 
 __all__ = ["create_app"]
 

@@ -5,7 +5,7 @@ import time
 
 from fastapi import APIRouter, Request
 
-from ..state import check_model
+from server.state import check_model
 
 __all__ = ["router"]
 

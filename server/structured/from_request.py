@@ -13,11 +13,11 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from . import metrics
-from .protocol import ChatCompletionRequest
-from .schema_support import normalize_schema
-from .errors import bad_request
-from .state import ServerState
+from server import metrics
+from server.protocol import ChatCompletionRequest
+from server.structured.schema_support import normalize_schema
+from server.errors import bad_request
+from server.state import ServerState
 
 __all__ = ["build_constraint", "request_constraint", "compile_checked", "schema_request", "schema_limits",
            "constraint_limits", "MAX_CHOICES"]
@@ -37,7 +37,7 @@ def _depth(node: Any, limit: int, level: int = 0) -> int:
 
 def schema_limits(state: ServerState, schema: Any, *, param: str) -> None:
     """Every user schema passes here: size and depth caps, and ``$ref`` only inside the document."""
-    from .schema_refs import RefProblem, check_refs
+    from server.structured.schema_refs import RefProblem, check_refs
 
     s = state.settings
     if _depth(schema, s.max_schema_depth) > s.max_schema_depth:
@@ -73,7 +73,7 @@ def constraint_limits(state: ServerState, so: dict[str, Any] | None) -> None:
 
 
 def _strict_check(schema: dict[str, Any], *, param: str) -> None:
-    from .schema_support import analyze_schema
+    from server.structured.schema_support import analyze_schema
 
     # vLLM compiles JSON Schemas with xgrammar's default strict_mode=True.
     problems = analyze_schema(schema, strict_mode=True).strict_problems()
@@ -102,7 +102,7 @@ def _check_schema(state: ServerState, schema: Any, *, strict: bool, param: str) 
 
 def reasoning_spec(state: ServerState, req: Any) -> Any:
     """The think block the grammar must let through before the constrained answer, if any."""
-    from .constraints import ReasoningSpec
+    from server.structured.constraints import ReasoningSpec
 
     parser = state.reasoning_parser
     if parser is None:
@@ -124,7 +124,7 @@ def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] |
 
 def compile_checked(state: ServerState, constraint: Any) -> Any:
     """Compile through the cache (metrics counted); 400 naming xgrammar's reason when it fails."""
-    from .constraints import ConstraintError
+    from server.structured.constraints import ConstraintError
 
     if state.grammar_cache is None:
         return None
@@ -156,7 +156,7 @@ def request_constraint(state: ServerState, req: Any,
     """The one path from a request to its constraint: every input checked once (caps, ``$ref``,
     strict support), then built; not compiled. Chat, completions, ``--precompile`` and the
     schema check all come through here."""
-    from .constraints import ConstraintError, constraint_from_request
+    from server.structured.constraints import ConstraintError, constraint_from_request
 
     rf = req.response_format.model_dump(by_alias=True, exclude_none=True) if req.response_format else None
     so = req.structured_outputs.model_dump(by_alias=True, exclude_none=True) if req.structured_outputs else None

@@ -24,11 +24,11 @@ import contextlib
 from dataclasses import dataclass, replace
 from typing import Any, AsyncIterator, Callable
 
-from .constraints import Constraint
-from .engine.base import GenerateRequest, TokenChunk
-from .errors import bad_request
-from .state import ServerState
-from .structured import reasoning_spec
+from server.structured.constraints import Constraint
+from server.engine.base import GenerateRequest, TokenChunk
+from server.errors import bad_request
+from server.state import ServerState
+from server.structured.from_request import reasoning_spec
 
 __all__ = ["ReasoningBudget", "plan_reasoning_budget", "budgeted_chunks"]
 

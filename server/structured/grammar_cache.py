@@ -17,8 +17,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .constraints import Constraint, ConstraintError, _is_lark, _xgr_message
-from .engine.vllm_plugin import lower_thread_priority
+from server.structured.constraints import Constraint, ConstraintError, _is_lark, _xgr_message
+from server.engine.vllm_plugin import lower_thread_priority
 
 __all__ = ["CompileResult", "GrammarCache", "compile_constraint", "tokenizer_info_from_hf"]
 

@@ -14,7 +14,7 @@ import string
 from functools import cached_property
 from typing import Any, Callable
 
-from .render import ChatRenderer, RenderError
+from server.chat.render import ChatRenderer, RenderError
 
 __all__ = ["ControlTokenGuard", "guard_for", "tokenize_chat_prompt"]
 

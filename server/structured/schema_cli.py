@@ -20,8 +20,8 @@ def check_schema_main(argv: list[str]) -> int:
     ns = p.parse_args(argv)
     import xgrammar as xgr
 
-    from .grammar_cache import GrammarCache
-    from .schema_check import check_schema_report
+    from server.structured.grammar_cache import GrammarCache
+    from server.structured.schema_check import check_schema_report
 
     text = sys.stdin.read() if ns.file == "-" else Path(ns.file).read_text()
     cache = GrammarCache(xgr.TokenizerInfo([]), disable_any_whitespace=True)

@@ -12,17 +12,17 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from .engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
-from .errors import APIError, bad_request
-from .generation import GenerationTimer, checked, completion_budget
-from .output_checks import ToolCallChecker, validate_json_output
-from .protocol import ChatCompletionRequest, usage_dict
-from .reasoning_budget import ReasoningBudget, budgeted_chunks, plan_reasoning_budget
-from .sse import DONE, chunk, sse_event
-from .state import ServerState, check_model
-from .stream_guard import abort_shielded, guarded_stream
-from .structured import build_constraint
-from .stream import MessageStream
+from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
+from server.errors import APIError, bad_request
+from server.chat.generation import GenerationTimer, checked, completion_budget
+from server.chat.output_checks import ToolCallChecker, validate_json_output
+from server.protocol import ChatCompletionRequest, usage_dict
+from server.chat.reasoning_budget import ReasoningBudget, budgeted_chunks, plan_reasoning_budget
+from server.chat.sse import DONE, chunk, sse_event
+from server.state import ServerState, check_model
+from server.chat.stream_guard import abort_shielded, guarded_stream
+from server.structured.from_request import build_constraint
+from server.chat.message_stream import MessageStream
 
 __all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED"]
 
@@ -55,8 +55,8 @@ def _tools_for_prompt(req: ChatCompletionRequest) -> list[dict[str, Any]] | None
 
 def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
     """Validate what pydantic cannot, render the prompt and build the constraint."""
-    from .prompt_tokens import tokenize_chat_prompt
-    from .render import RenderError
+    from server.chat.prompt_tokens import tokenize_chat_prompt
+    from server.chat.render import RenderError
 
     check_model(state, req.model)
     s = state.settings

@@ -7,11 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from ..constraints import ConstraintError
-from ..errors import APIError, bad_request
-from ..schema_check import check_schema_report, split_body
-from ..structured import request_constraint, schema_limits, schema_request
-from ._body import json_body_docs, read_json
+from server.structured.constraints import ConstraintError
+from server.errors import APIError, bad_request
+from server.structured.schema_check import check_schema_report, split_body
+from server.structured.from_request import request_constraint, schema_limits, schema_request
+from server.api.routes._body import json_body_docs, read_json
 
 __all__ = ["router"]
 

@@ -14,9 +14,9 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from .schema_refs import local_validator
+from server.structured.schema_refs import local_validator
 
-from . import metrics
+from server import metrics
 
 __all__ = ["ToolCallChecker", "validate_json_output", "schema_validator"]
 

@@ -5,15 +5,15 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
-from .chat_service import run_engine
-from .engine.base import GenerateRequest, Sampling, TokenLogprob
-from .errors import bad_request
-from .generation import GenerationTimer, checked, completion_budget
-from .protocol import CompletionRequest, usage_dict
-from .sse import DONE, chunk, sse_event
-from .stream_guard import abort_shielded, guarded_stream
-from .state import ServerState, check_model
-from .structured import build_constraint
+from server.chat.service import run_engine
+from server.engine.base import GenerateRequest, Sampling, TokenLogprob
+from server.errors import bad_request
+from server.chat.generation import GenerationTimer, checked, completion_budget
+from server.protocol import CompletionRequest, usage_dict
+from server.chat.sse import DONE, chunk, sse_event
+from server.chat.stream_guard import abort_shielded, guarded_stream
+from server.state import ServerState, check_model
+from server.structured.from_request import build_constraint
 
 __all__ = ["prepare_completion", "completion_response", "completion_stream"]
 

@@ -14,10 +14,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
 
 import anyio
 
-from . import metrics
-from .errors import APIError, ClientGone, internal_error
-from .sse import DONE, sse_event
-from .state import ServerState
+from server import metrics
+from server.errors import APIError, ClientGone, internal_error
+from server.chat.sse import DONE, sse_event
+from server.state import ServerState
 
 __all__ = ["abort_shielded", "guarded_stream", "ClientGone", "unless_disconnected"]
 

@@ -6,10 +6,10 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ..chat_service import chat_response, chat_stream, prepare_chat
-from ..protocol import ChatCompletionRequest
-from ..stream_guard import unless_disconnected
-from ._body import completion_docs, parse_body
+from server.chat.service import chat_response, chat_stream, prepare_chat
+from server.protocol import ChatCompletionRequest
+from server.chat.stream_guard import unless_disconnected
+from server.api.routes._body import completion_docs, parse_body
 
 __all__ = ["router"]
 

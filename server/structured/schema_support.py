@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .schema_refs import local_validator
+from server.structured.schema_refs import local_validator
 
 __all__ = [
     "EXACT",

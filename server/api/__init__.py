@@ -1,0 +1,1 @@
+"""HTTP: the app, middleware, routes (thin) and the HTTP protocol."""

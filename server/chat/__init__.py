@@ -1,0 +1,1 @@
+"""Requests to answers: prompt rendering, engine calls, message streams, SSE."""

@@ -1,0 +1,1 @@
+"""Constraints: request -> constraint, compile cache, schema support and diagnostics."""

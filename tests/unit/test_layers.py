@@ -1,0 +1,57 @@
+"""server/ is layered: imports only run down (api -> chat -> structured -> engine; base modules
+below the feature packages, the engine adapter at the bottom)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SERVER = Path(__file__).resolve().parents[2] / "server"
+TOP = {"server.runner", "server.__main__"}  # the process: builds everything
+RANKS = {"server.api": 4, "server.chat": 3, "server.structured": 2, "server.engine": 0}
+BASE = 1  # config, errors, logs, metrics, protocol, state, default_model
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(SERVER.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _rank(module: str) -> int:
+    if module in TOP:
+        return 5
+    for prefix, rank in RANKS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return BASE
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    package = _module(path).split(".") if path.name == "__init__.py" else _module(path).split(".")[:-1]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level:  # relative: resolve against the package
+            base = package[: len(package) - (node.level - 1)]
+            out.append(".".join(base + ([node.module] if node.module else [])))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+    return [m for m in out if m == "server" or m.startswith("server.")]
+
+
+MODULES = sorted(SERVER.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[_module(p) for p in MODULES])
+def test_imports_run_down(path: Path) -> None:
+    me = _module(path)
+    up = [m for m in _imports(path) if _rank(m) > _rank(me)]
+    assert not up, f"{me} imports from a higher layer: {up}"
+
+
+@pytest.mark.parametrize("path", MODULES, ids=[_module(p) for p in MODULES])
+def test_no_module_over_600_lines(path: Path) -> None:
+    assert len(path.read_text().splitlines()) <= 600, path
