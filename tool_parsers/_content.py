@@ -7,7 +7,7 @@ is held back until we know whether a call or real text follows it.
 """
 from __future__ import annotations
 
-__all__ = ["ContentBuilder"]
+__all__ = ["ContentBuilder", "next_marker"]
 
 
 class ContentBuilder:
@@ -38,3 +38,18 @@ class ContentBuilder:
         if segment.strip() or (final and not self.calls):
             return "".join(self._done) + segment
         return "".join(self._done)
+
+
+def next_marker(text: str, marker: str, pos: int, *, final: bool, out: ContentBuilder) -> int | None:
+    """Where the next ``marker`` starts at or after ``pos``, the text before it added to
+    ``out`` as content. None when there is none: the rest is content, except (while not final)
+    a tail that may be the start of the marker, which is held back."""
+    from ._scan import partial_marker_start
+
+    i = text.find(marker, pos)
+    if i < 0:
+        stop = len(text) if final else partial_marker_start(text, (marker,), pos)
+        out.add(text[pos:stop])
+        return None
+    out.add(text[pos:i])
+    return i

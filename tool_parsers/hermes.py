@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ._content import ContentBuilder
+from ._content import ContentBuilder, next_marker
 from ._scan import JsonError, partial_marker_start, scan_call_object, skip_ws
 from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
@@ -28,27 +28,15 @@ class HermesToolParser(ToolParser):
     start: ClassVar[str] = "<tool_call>"
     end: ClassVar[str] = "</tool_call>"
     format: ClassVar[CallFormat] = CallFormat(
-        trigger="<tool_call>",
-        section_begin="",
-        call_begin='<tool_call>\n{"name": "',
-        name_end='", "arguments": ',
-        call_end="}\n</tool_call>",
-        separator="\n",
-        section_end="",
-    )
+        trigger="<tool_call>", section_begin="", call_begin='<tool_call>\n{"name": "', name_end='", "arguments": ',
+        call_end="}\n</tool_call>", separator="\n", section_end="")
 
     def parse(self, text: str, *, final: bool) -> ParsedTools:
         out = ContentBuilder()
         calls: list[ToolCallPart] = []
         errors: list[str] = []
         pos = 0
-        while True:
-            i = text.find(self.start, pos)
-            if i < 0:
-                stop = len(text) if final else partial_marker_start(text, (self.start,), pos)
-                out.add(text[pos:stop])
-                break
-            out.add(text[pos:i])
+        while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
             body = i + len(self.start)
             try:
                 p = skip_ws(text, body)

@@ -35,15 +35,9 @@ class Llama3JsonToolParser(ToolParser):
     start: ClassVar[str] = "<|python_tag|>"  # optional; calls may also start with "{"
     end: ClassVar[str] = ""
     format: ClassVar[CallFormat] = CallFormat(
-        trigger='{"name": "',
-        section_begin="",
-        call_begin='{"name": "',
-        name_end='", "parameters": ',
-        call_end="}",
-        separator="; ",
-        section_end="",
-        calls_follow_text=False,  # bare JSON: a call is found only at the start of the output
-    )
+        trigger='{"name": "', section_begin="", call_begin='{"name": "', name_end='", "parameters": ',
+        # bare JSON: a call is found only at the start of the output
+        call_end="}", separator="; ", section_end="", calls_follow_text=False)
 
     def parse(self, text: str, *, final: bool) -> ParsedTools:
         p = skip_ws(text, 0)

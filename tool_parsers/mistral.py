@@ -22,7 +22,7 @@ import hashlib
 import re
 from typing import ClassVar
 
-from ._content import ContentBuilder
+from ._content import ContentBuilder, next_marker
 from ._scan import JsonError, partial_marker_start, scan_array, scan_call_object, scan_value, skip_ws
 from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
@@ -39,27 +39,15 @@ class MistralToolParser(ToolParser):
     end: ClassVar[str] = ""
     args_marker: ClassVar[str] = "[ARGS]"  # optional between a v11+ name and its arguments
     format: ClassVar[CallFormat] = CallFormat(
-        trigger="[TOOL_CALLS]",
-        section_begin="[TOOL_CALLS] [",
-        call_begin='{"name": "',
-        name_end='", "arguments": ',
-        call_end="}",
-        separator=", ",
-        section_end="]",
-    )
+        trigger="[TOOL_CALLS]", section_begin="[TOOL_CALLS] [", call_begin='{"name": "', name_end='", "arguments": ',
+        call_end="}", separator=", ", section_end="]")
 
     def parse(self, text: str, *, final: bool) -> ParsedTools:
         out = ContentBuilder()
         calls: list[ToolCallPart] = []
         errors: list[str] = []
         pos = 0
-        while True:
-            i = text.find(self.start, pos)
-            if i < 0:
-                stop = len(text) if final else partial_marker_start(text, (self.start,), pos)
-                out.add(text[pos:stop])
-                break
-            out.add(text[pos:i])
+        while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
             body = skip_ws(text, i + len(self.start))
             try:
                 section, end = self._section(text, body, final=final)
