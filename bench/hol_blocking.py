@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
                 if bg is not None:
                     bg.join()
     base = statistics.median(times["alone"])
-    print(f"| plain stream TTFT while ... | median s | ratio to alone | all (s) |\n|---|---|---|---|")
+    print("| plain stream TTFT while ... | median s | ratio to alone | all (s) |\n|---|---|---|---|")
     for mode in modes:
         med = statistics.median(times[mode])
         print(f"| {mode} | {med:.2f} | {med / base:.1f}x | {', '.join(f'{t:.2f}' for t in times[mode])} |")

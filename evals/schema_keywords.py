@@ -26,7 +26,6 @@ import argparse
 import collections
 import importlib.metadata
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field

@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from typing import Any
 
 import httpx
 import pytest

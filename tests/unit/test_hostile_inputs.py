@@ -232,7 +232,6 @@ def test_header_size_cap(make_app: Any) -> None:
 def test_non_streamed_request_is_aborted_when_its_client_leaves(make_app: Any) -> None:
     """The disconnect reaches the handler: the engine request is aborted and the slot freed."""
     built = make_app(script=lambda req: ["x"] * 400, delay=0.01)
-    from server.api.routes.chat import create_chat_completion  # noqa: F401 - the route under test
 
     async def run() -> None:
         body = json.dumps(_chat(max_tokens=400)).encode()
