@@ -124,14 +124,9 @@ def build_constraint(state: ServerState, req: Any, tools: list[dict[str, Any]] |
 
 def compile_checked(state: ServerState, constraint: Any) -> Any:
     """Compile through the cache (metrics counted); 400 naming xgrammar's reason when it fails."""
-    from server.structured.constraints import ConstraintError
-
     if state.grammar_cache is None:
         return None
-    try:
-        result = state.grammar_cache.compile(constraint)
-    except ConstraintError as exc:
-        raise bad_request(exc.message, param=exc.param, code="invalid_constraint") from exc
+    result = state.grammar_cache.compile(constraint)
     if result.cached:
         metrics.GRAMMAR_CACHE_HITS.inc()
     else:

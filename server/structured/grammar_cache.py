@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from server.structured.constraints import Constraint, ConstraintError, _is_lark, _xgr_message
+from server.structured.constraints import Constraint, _is_lark, _xgr_message
 from server.engine.vllm_plugin import lower_thread_priority
 
 __all__ = ["CompileResult", "GrammarCache", "compile_constraint", "tokenizer_info_from_hf"]
@@ -136,8 +136,8 @@ class GrammarCache:
         return CompileResult(True, time.perf_counter() - start, False, None)
 
     def compile(self, constraint: Constraint) -> CompileResult:
-        """Compile (or recall) ``constraint``. Returns ok=False with xgrammar's reason when it
-        does not compile; raises ConstraintError when it does not compile in time."""
+        """Compile (or recall) ``constraint``. Every failure is a result with ok=False and the
+        reason: xgrammar's error, not compiled in time, or the compiler busy with slow ones."""
         key = constraint.cache_key()
         with self._lock:
             hit = self._entries.get(key)
@@ -145,15 +145,13 @@ class GrammarCache:
                 self._entries.move_to_end(key)
                 return CompileResult(hit.ok, 0.0, True, hit.error)
             if key in self._stuck:
-                raise self._too_slow()
+                return self._too_slow()
             future = self._inflight.get(key)
             if future is None:
                 if len(self._stuck) >= self.max_stuck:
-                    raise ConstraintError(
-                        f"The grammar compiler is busy with {len(self._stuck)} schemas that exceeded "
-                        f"{self.compile_timeout_s:g} s; retry later with a simpler schema.",
-                        None,
-                    )
+                    return CompileResult(False, 0.0, False,
+                                         f"The grammar compiler is busy with {len(self._stuck)} schemas that "
+                                         f"exceeded {self.compile_timeout_s:g} s; retry later with a simpler schema.")
                 future = Future()
                 self._inflight[key] = future
                 threading.Thread(
@@ -165,7 +163,7 @@ class GrammarCache:
             with self._lock:
                 if key in self._inflight:
                     self._stuck.add(key)
-                    raise self._too_slow() from None
+                    return self._too_slow()
             return future.result()  # finished between the timeout and the lock
 
     def _work(self, key: str, constraint: Constraint, future: Future[CompileResult]) -> None:
@@ -183,12 +181,10 @@ class GrammarCache:
                 self._entries.popitem(last=False)
         future.set_result(result)
 
-    def _too_slow(self) -> ConstraintError:
-        return ConstraintError(
-            f"The schema / grammar is too complex to compile within {self.compile_timeout_s:g} s; "
-            "simplify it (fewer alternatives, shallower nesting, smaller repetition bounds).",
-            None,
-        )
+    def _too_slow(self) -> CompileResult:
+        return CompileResult(False, self.compile_timeout_s, False,
+                             f"The schema / grammar is too complex to compile within {self.compile_timeout_s:g} s; "
+                             "simplify it (fewer alternatives, shallower nesting, smaller repetition bounds).")
 
     def close(self) -> None:
         """Forget cached outcomes (running compiles finish on their own daemon threads)."""
