@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tool_parsers.base import CallFormat
 
 __all__ = [
+    "check_schema",
+    "nesting_exceeds",
     "Constraint",
     "ConstraintError",
     "ReasoningSpec",
@@ -217,7 +219,8 @@ def _xgr_message(exc: BaseException) -> str:
     return _XGR_NOISE.sub("", text).strip() or type(exc).__name__
 
 
-def _nesting_exceeds(doc: Any, limit: int) -> bool:
+def nesting_exceeds(doc: Any, limit: int) -> bool:
+    """Whether objects / arrays in ``doc`` nest deeper than ``limit`` (iterative: no recursion)."""
     level = [doc]
     for _ in range(limit):
         level = [
@@ -232,7 +235,7 @@ def _nesting_exceeds(doc: Any, limit: int) -> bool:
     return True
 
 
-def _check_schema(schema: Any, param: str) -> None:
+def check_schema(schema: Any, param: str) -> None:
     """JSON Schema 2020-12 meta-validation, nesting limit, then xgrammar conversion."""
     import jsonschema
     import xgrammar as xgr
@@ -248,7 +251,7 @@ def _check_schema(schema: Any, param: str) -> None:
     except jsonschema.SchemaError as exc:
         where = "/" + "/".join(str(p) for p in exc.path)
         raise ConstraintError(f"{param} is not a valid JSON Schema at {where}: {exc.message}", param) from None
-    if _nesting_exceeds(schema, MAX_JSON_NESTING):
+    if nesting_exceeds(schema, MAX_JSON_NESTING):
         raise ConstraintError(
             f"{param} is nested too deeply: objects and arrays may nest at most {MAX_JSON_NESTING} levels.", param
         )
@@ -306,7 +309,7 @@ def _check_choice(choice: Any, param: str) -> tuple[str, ...]:
 def _check_structural_tag(tag: dict[str, Any], param: str | None) -> None:
     import xgrammar as xgr
 
-    if _nesting_exceeds(tag, MAX_JSON_NESTING + STRUCTURAL_TAG_WRAPPER_NESTING):
+    if nesting_exceeds(tag, MAX_JSON_NESTING + STRUCTURAL_TAG_WRAPPER_NESTING):
         raise ConstraintError(
             f"The constraint is nested too deeply (schemas may nest at most {MAX_JSON_NESTING} levels).", param
         )
@@ -405,7 +408,7 @@ def _from_response_format(rf: dict[str, Any]) -> _Response | None:
     if not isinstance(spec, dict):
         raise ConstraintError("response_format.json_schema must be an object with a 'schema'.", "response_format.json_schema")
     schema = spec.get("schema", {"type": "object"})
-    _check_schema(schema, "response_format.json_schema.schema")
+    check_schema(schema, "response_format.json_schema.schema")
     return _json_response(schema)
 
 
@@ -439,7 +442,7 @@ def _from_structured_outputs(so: dict[str, Any]) -> _Response:
                 value = json.loads(value)
             except ValueError as exc:
                 raise ConstraintError(f"{param} is not valid JSON: {exc}", param) from None
-        _check_schema(value, param)
+        check_schema(value, param)
         return _json_response(value)
     if key == "json_object":
         if value is not True:
@@ -470,7 +473,7 @@ def _tool_arguments_schema(function: dict[str, Any], param: str) -> Any:
         and params.get("additionalProperties", False) is False
     ):
         return _EMPTY_OBJECT
-    _check_schema(params, param)
+    check_schema(params, param)
     if isinstance(params, dict):
         t = params.get("type")
         if t is None:

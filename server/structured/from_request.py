@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
-
 from server import metrics
-from server.protocol import ChatCompletionRequest
-from server.structured.schema_support import normalize_schema
 from server.errors import bad_request
+from server.protocol import ChatCompletionRequest
 from server.state import ServerState
+from server.structured.constraints import ConstraintError, check_schema, nesting_exceeds
+from server.structured.schema_support import normalize_schema
 
 __all__ = ["build_constraint", "request_constraint", "compile_checked", "schema_request", "schema_limits",
            "constraint_limits", "MAX_CHOICES"]
@@ -25,22 +23,12 @@ __all__ = ["build_constraint", "request_constraint", "compile_checked", "schema_
 MAX_CHOICES = 1024  # a choice list is a grammar of alternatives: beyond this it is a schema's job
 
 
-def _depth(node: Any, limit: int, level: int = 0) -> int:
-    if level > limit:
-        return level
-    if isinstance(node, dict):
-        return max([level] + [_depth(v, limit, level + 1) for v in node.values()])
-    if isinstance(node, list):
-        return max([level] + [_depth(v, limit, level + 1) for v in node])
-    return level
-
-
 def schema_limits(state: ServerState, schema: Any, *, param: str) -> None:
     """Every user schema passes here: size and depth caps, and ``$ref`` only inside the document."""
     from server.structured.schema_refs import RefProblem, check_refs
 
     s = state.settings
-    if _depth(schema, s.max_schema_depth) > s.max_schema_depth:
+    if nesting_exceeds(schema, s.max_schema_depth):
         raise bad_request(f"Schema nested too deeply (limit {s.max_schema_depth} levels).", param=param,
                           code="schema_too_deep")
     size = len(json.dumps(schema))
@@ -90,12 +78,10 @@ def _check_schema(state: ServerState, schema: Any, *, strict: bool, param: str) 
     schema_limits(state, schema, param=param)
     if not isinstance(schema, dict):
         raise bad_request("The schema must be a JSON object.", param=param, code="invalid_schema")
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        where = "/" + "/".join(str(p) for p in exc.path) if exc.path else "/"
-        raise bad_request(f"Invalid JSON Schema at {where}: {exc.message}", param=param,
-                          code="invalid_schema") from exc
+    try:  # the one schema check (meta-schema, nesting, grammar conversion) the builders use too
+        check_schema(schema, param)
+    except ConstraintError as exc:
+        raise bad_request(exc.message, param=param, code="invalid_schema") from None
     if strict:  # judged on what is compiled: normalize_schema keeps every keyword at its pointer
         _strict_check(normalize_schema(schema), param=param)
 
