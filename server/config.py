@@ -53,6 +53,9 @@ class Settings:
     max_reasoning_tokens: int | None = option(
         None, "default cap on thinking tokens per request (the block is then closed and the answer constrained)",
         type=int)
+    allow_duplicate_tool_calls: bool = option(
+        False, "return a tool call identical to an earlier one of the same turn (by default the turn ends there)",
+        action="store_true")
     tool_constraints: bool = option(True, "do not enforce tool calls by grammar under tool_choice=auto",
                                     flag="--no-tool-constraints", action="store_false")
     max_model_len: int | None = option(None, "context length (default: the model's; 4096 on CPU)", type=int)

@@ -50,7 +50,7 @@ GRAMMAR_CACHE_HITS = Counter("gramserve_grammar_cache_hits", "Compiled grammars 
 GRAMMAR_CACHE_MISSES = Counter("gramserve_grammar_cache_misses", "Grammars compiled because not cached.")
 TOOL_CALLS = Counter(
     "gramserve_tool_calls", "Parsed tool calls by parser and outcome "
-    "(valid, invalid_arguments, unknown_name, unparsed).", ["parser", "outcome"]
+    "(valid, invalid_arguments, unknown_name, unparsed, duplicate).", ["parser", "outcome"]
 )
 CLIENT_DISCONNECTS = Counter("gramserve_client_disconnects", "Streams aborted because the client went away.")
 SO_VALIDATIONS = Counter(
@@ -82,5 +82,5 @@ def init_labels(*, tool_parser: str | None) -> None:
     """Create the bounded label sets up front so every series exists from the start."""
     for outcome in ("valid", "invalid", "skipped_length"):
         SO_VALIDATIONS.labels(outcome)
-    for outcome in ("valid", "invalid_arguments", "unknown_name", "unparsed"):
+    for outcome in ("valid", "invalid_arguments", "unknown_name", "unparsed", "duplicate"):
         TOOL_CALLS.labels(tool_parser or "none", outcome)

@@ -12,6 +12,12 @@
 against what was already sent. Concatenating every delta gives exactly
 :meth:`MessageStream.final_message`.
 
+Repeats: with ``guard_repeats``, a complete call identical to an earlier call of the same
+turn (same name, arguments equal as parsed JSON) means the model is looping: the turn ends
+before it, the duplicate is never returned or streamed (a later call to an already-called
+function is held back until complete, then released or dropped), everything generated
+after it is ignored, and :attr:`MessageStream.repeat` says why.
+
 Conflicts: a parser may learn late that a call whose name was already streamed is
 malformed (invalid JSON after the name, or the text ends inside it). Sent deltas cannot be
 taken back, so the stream keeps what it sent, stops emitting, and records the reason in
@@ -20,6 +26,7 @@ before) sees the parser's final verdict instead: the malformed call's text as co
 """
 from __future__ import annotations
 
+import json
 import secrets
 import string
 from collections.abc import Callable, Collection
@@ -103,6 +110,7 @@ class FinalMessage:
     tool_calls: list[FinalToolCall]
     dropped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    repeated: list[str] = field(default_factory=list)  # a looping duplicate call ended the turn
 
 
 class StreamRetractionError(ValueError):
@@ -177,6 +185,7 @@ class MessageStream:
         tool_names: Collection[str] | None = None,
         id_factory: Callable[[], str] = new_tool_call_id,
         streaming: bool = True,
+        guard_repeats: bool = False,
     ) -> None:
         self._tool_parser = tool_parser
         self._reasoning_parser = reasoning_parser
@@ -191,12 +200,19 @@ class MessageStream:
         self._frozen = False
         self._finished = False
         self._streaming = streaming
+        self._guard = guard_repeats and tool_parser is not None
+        self._repeat: str | None = None  # set once a duplicate call ended the turn
         self._scan_cache = ScanCache()  # makes re-parsing the growing text cheap
 
     @property
     def text(self) -> str:
         """All generated text fed so far."""
         return self._text
+
+    @property
+    def repeat(self) -> str | None:
+        """Why the turn ended at a duplicate call (None while it has not)."""
+        return self._repeat
 
     @property
     def parsed(self) -> Parsed:
@@ -207,10 +223,12 @@ class MessageStream:
         """Add generated text; the delta to send (None when nothing can be sent yet)."""
         if self._finished:
             raise RuntimeError("MessageStream.feed() after finish()")
-        if not text_delta:
+        if not text_delta or self._repeat is not None:  # after a repeat, the turn is over
             return None
         self._text += text_delta
         if not self._streaming:
+            if self._guard:  # a non-streamed turn also ends at its first repeat
+                self._parse(final=False)
             return None
         return self._advance(final=False)
 
@@ -221,7 +239,8 @@ class MessageStream:
         """
         if self._finished:
             raise RuntimeError("MessageStream.finish() called twice")
-        self._text += text_delta
+        if self._repeat is None:
+            self._text += text_delta
         self._finished = True
         delta = self._advance(final=True)
         # A call the stream could not complete (see module docstring) still ends as
@@ -253,6 +272,7 @@ class MessageStream:
             tool_calls=calls,
             dropped=list(self._dropped),
             errors=list(self._parse_errors) + self._stream_errors,
+            repeated=[self._repeat] if self._repeat else [],
         )
 
     def _new_id(self) -> str:
@@ -300,6 +320,33 @@ class MessageStream:
                 continue
             kept.append(call)
         self._dropped = tuple(dropped)
+        if self._guard:
+            kept = self._without_repeats(kept)
         while len(self._ids) < len(kept):
             self._ids.append(self._new_id())
         return Parsed(reasoning, result.content, tuple(kept), tuple(self._ids[: len(kept)]))
+
+    def _without_repeats(self, calls: list[ToolCallPart]) -> list[ToolCallPart]:
+        """``calls`` up to the first repeat (which ends the turn), holding back an unfinished
+        call to a function already called (it may turn out to be a repeat)."""
+        seen: list[tuple[str, object]] = []
+        for i, call in enumerate(calls):
+            earlier = [args for name, args in seen if name == call.name]
+            if not call.complete:
+                return calls[:i] if earlier else calls
+            args = _arguments_value(call.arguments)
+            if any(args == other for other in earlier):
+                if self._repeat is None:
+                    self._repeat = (f"tool call {i} repeats an earlier call to {call.name!r} with the same "
+                                    "arguments; the turn ended there (the model was looping)")
+                return calls[:i]
+            seen.append((call.name or "", args))
+        return calls
+
+
+def _arguments_value(arguments: str) -> object:
+    """Arguments as parsed JSON for comparison ("" is {}); unparsable text compares as text."""
+    try:
+        return json.loads(arguments or "{}")
+    except ValueError:
+        return arguments

@@ -67,6 +67,9 @@ class ToolCallChecker:
         for reason in final.errors:
             log.warning("tool call not parsed, returned as content: %s", reason)
             metrics.TOOL_CALLS.labels(self.parser, "unparsed").inc()
+        for reason in getattr(final, "repeated", ()):
+            log.warning("duplicate tool call dropped: %s", reason)
+            metrics.TOOL_CALLS.labels(self.parser, "duplicate").inc()
         return outcomes
 
 

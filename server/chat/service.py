@@ -6,6 +6,7 @@ this module only wires the pieces and applies the OpenAI response rules.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -123,6 +124,7 @@ def _new_stream(state: ServerState, p: PreparedChat, *, streaming: bool) -> Mess
         reasoning_parser=reasoning,
         tool_names=p.tool_names,
         streaming=streaming,
+        guard_repeats=not state.settings.allow_duplicate_tool_calls,
     )
 
 
@@ -226,14 +228,20 @@ async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, 
     prompt_tokens = len(p.prompt_ids)
     for_abort = True
     try:
-        async for c in _engine_chunks(state, p):
-            timer.on_chunk(c)
-            ch = choices[c.index]
-            ch.stream.feed(c.text)
-            ch.tokens += c.num_tokens
-            ch.logprobs.extend(c.logprobs)
-            if c.finish_reason:
-                ch.finish = c.finish_reason
+        async with contextlib.aclosing(_engine_chunks(state, p)) as chunks:
+            async for c in chunks:
+                timer.on_chunk(c)
+                ch = choices[c.index]
+                ch.tokens += c.num_tokens
+                if ch.finish:  # the turn ended at a repeated call: the rest is ignored
+                    continue
+                ch.stream.feed(c.text)
+                ch.logprobs.extend(c.logprobs)
+                ch.finish = c.finish_reason or ("stop" if ch.stream.repeat else None)
+                if all(x.finish for x in choices):
+                    break
+        if any(x.stream.repeat for x in choices):
+            await abort_shielded(state, [p.id])  # stop generating what nobody will read
         for_abort = False
     finally:
         timer.close()
@@ -322,25 +330,34 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
         for ch in choices:
             yield frame([{"index": ch.index, "delta": {"role": "assistant", "content": ""},
                           "logprobs": None, "finish_reason": None}])
-        async for c in _engine_chunks(state, p):
-            timer.on_chunk(c)
-            ch = choices[c.index]
-            ch.tokens += c.num_tokens
-            bodies = _delta_bodies(ch.stream.feed(c.text), state)
-            if c.finish_reason:
-                ch.finish = c.finish_reason
-                bodies += _delta_bodies(ch.stream.finish(), state)
-            if req.logprobs and c.logprobs and not bodies:
-                bodies = [{}]
-            for k, body in enumerate(bodies):
-                lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == 0) else None
-                yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
-            if c.finish_reason:
-                final, outcome = _check_choice(p, ch, checker)
-                last = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": ch.finish_reason(final)}
-                if outcome is not None:  # a stream has no headers left: the finish chunk says it
-                    last[SCHEMA_VALIDATED] = outcome
-                yield frame([last])
+        async with contextlib.aclosing(_engine_chunks(state, p)) as chunks:
+            async for c in chunks:
+                timer.on_chunk(c)
+                ch = choices[c.index]
+                ch.tokens += c.num_tokens
+                if ch.finish:  # the turn ended at a repeated call: the rest is ignored
+                    continue
+                bodies = _delta_bodies(ch.stream.feed(c.text), state)
+                ended = c.finish_reason or ("stop" if ch.stream.repeat else None)
+                if ended:
+                    ch.finish = ended
+                    bodies += _delta_bodies(ch.stream.finish(), state)
+                if req.logprobs and c.logprobs and not bodies:
+                    bodies = [{}]
+                for k, body in enumerate(bodies):
+                    lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == 0) else None
+                    yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
+                if ended:
+                    final, outcome = _check_choice(p, ch, checker)
+                    last = {"index": ch.index, "delta": {}, "logprobs": None,
+                            "finish_reason": ch.finish_reason(final)}
+                    if outcome is not None:  # a stream has no headers left: the finish chunk says it
+                        last[SCHEMA_VALIDATED] = outcome
+                    yield frame([last])
+                if all(x.finish for x in choices):
+                    break
+        if any(x.stream.repeat for x in choices):
+            await abort_shielded(state, [p.id])  # stop generating what nobody will read
         completion_tokens = sum(ch.tokens for ch in choices)
         timer.record(len(p.prompt_ids), completion_tokens)
         if include_usage:
