@@ -262,15 +262,19 @@ def _ask_bfcl(client: Any, model: str, k: int, cat: str, q: dict[str, Any]) -> d
         errs = list(Draft202012Validator(schemas[tc.function.name], format_checker=Draft202012Validator.FORMAT_CHECKER)
                     .iter_errors(json.loads(tc.function.arguments)))
         invalid += [f"{tc.function.name}: {e.message}" for e in errs]
-    return {"id": q["id"], "calls": len(calls), "invalid": invalid, "finish": ch.finish_reason,
+    seen = [(tc.function.name, json.loads(tc.function.arguments)) for tc in calls]
+    repeats = sum(1 for i, c in enumerate(seen) if c in seen[:i])
+    return {"id": q["id"], "calls": len(calls), "invalid": invalid, "finish": ch.finish_reason, "repeats": repeats,
             "named": isinstance(choice, dict), "single": single}
 
 
-def test_bfcl_required_and_named_calls_fit_their_schema(client, model):
+def test_bfcl_required_and_named_calls_fit_their_schema(client, model, http):
     sample = _bfcl_sample()
     assert len(sample) >= 60
+    guard_before = _tool_call_outcomes(http, "duplicate")
     with ThreadPoolExecutor(CONCURRENCY) as pool:
         results = list(pool.map(lambda a: _ask_bfcl(client, model, a[0], *a[1]), enumerate(sample)))
+    guarded = _tool_call_outcomes(http, "duplicate") - guard_before
     rejected = [r for r in results if "rejected" in r]
     answered = [r for r in results if "rejected" not in r]
     calls = sum(r["calls"] for r in answered)
@@ -278,7 +282,9 @@ def test_bfcl_required_and_named_calls_fit_their_schema(client, model):
     truncated = [r["id"] for r in answered if r["finish"] == "length"]
     print(f"\n[bfcl required/named] questions {len(sample)}, answered {len(answered)}, rejected (400) {len(rejected)}, "
           f"calls {calls}, schema-valid {calls - sum(len(i) for _, i in invalid)}, truncated by max_tokens "
-          f"{len(truncated)} {truncated}")
+          f"{len(truncated)} {truncated}, finish_reason tool_calls {sum(r.get('finish') == 'tool_calls' for r in answered)}"
+          f"/{len(answered)}, turns ended by the repeat guard {guarded:.0f}")
+    assert not [r["id"] for r in answered if r["repeats"]], "no answer holds two identical calls"
     for r in rejected:
         print(f"  400 {r['id']}: {r['rejected']}")
         assert r["rejected"]["message"] and (r["rejected"].get("param") or "").startswith(("tools", "tool_choice"))
@@ -292,6 +298,13 @@ def test_bfcl_required_and_named_calls_fit_their_schema(client, model):
 
 
 # ---------------------------------------------------------------- metrics
+
+def _tool_call_outcomes(http: httpx.Client, outcome: str) -> float:
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith('gramserve_tool_calls_total{') and f'outcome="{outcome}"' in line:
+            return float(line.split()[-1])
+    return 0.0
+
 
 def _valid_calls(http: httpx.Client) -> float:
     for line in http.get("/metrics").text.splitlines():
