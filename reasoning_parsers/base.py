@@ -10,8 +10,10 @@ Conventions (checked against ``testdata/parsers/cases.json``):
   Nothing else is stripped: reasoning and rest keep their own whitespace.
 * ``starts_open``: the prompt already opened the block, so text is reasoning until
   ``end`` even without ``start``. Without it only an explicit ``start`` opens a block.
-* Reasoning ends at ``end`` (dropped) or at any ``tool_start`` marker (kept: it begins
-  the rest). With neither, all of it is reasoning.
+* Reasoning ends at ``end`` (dropped), wherever it is: a ``tool_start`` marker inside the
+  block is thinking, not a call. Only when the output ends without ``end`` does the first
+  ``tool_start`` marker end the reasoning (kept: it begins the rest); until then, text from
+  that marker on is held back. With neither, all of it is reasoning.
 * While not final, text that may still become a marker is held back.
 """
 from __future__ import annotations
@@ -54,24 +56,17 @@ class ReasoningParser:
             body = 0
         else:
             return "", text
-        stop, resume = self._find_stop(text, body)
-        if stop >= 0:
-            return text[body:stop], text[resume:]
+        at = text.find(self.end, body)
+        if at >= 0:  # the end marker decides, even with tool-call text drafted inside the block
+            return text[body:at], text[at + len(self.end):]
+        tool_at = min((i for i in (text.find(m, body) for m in self.tool_start) if i >= 0), default=-1)
+        if tool_at >= 0:
+            # A call without the end marker: the model forgot it (the call is real) or is still
+            # thinking (the end marker comes later). Only the end of the output can tell.
+            return text[body:tool_at], text[tool_at:] if final else ""
         if final:
             return text[body:], ""
         return text[body : self._hold_from(text, body)], ""
-
-    def _find_stop(self, text: str, body: int) -> tuple[int, int]:
-        """Earliest end of reasoning at or after ``body``: (stop, where rest begins)."""
-        stop, resume = -1, -1
-        at = text.find(self.end, body)
-        if at >= 0:
-            stop, resume = at, at + len(self.end)
-        for marker in self.tool_start:
-            at = text.find(marker, body)
-            if at >= 0 and (stop < 0 or at < stop):
-                stop, resume = at, at
-        return stop, resume
 
     def _hold_from(self, text: str, body: int) -> int:
         """Start of a possible partial marker at the end of the text (or its length)."""

@@ -100,6 +100,13 @@ OWN: list[tuple[str, str, bool, str, str, str]] = [
     ("qwen3_off_plain", "qwen3", False, "  plain", "", "  plain"),
     ("qwen3_non_ascii", "qwen3", True, "<think>Überlegung 思考</think>答え", "Überlegung 思考", "答え"),
     ("empty_block", "qwen3", True, "<think></think>\n\nHi", "", "\n\nHi"),
+    # a call drafted while thinking is not a call: the end marker decides (issue: qwen3 #1)
+    ("qwen3_tool_call_drafted_in_thinking", "qwen3", True,
+     "Maybe I should emit <tool_call> later.</think>Final answer: 4",
+     "Maybe I should emit <tool_call> later.", "Final answer: 4"),
+    ("qwen3_tool_call_text_then_real_call", "qwen3", True,
+     'Use <tool_call> maybe.</think><tool_call>{"name": "f"}</tool_call>',
+     "Use <tool_call> maybe.", '<tool_call>{"name": "f"}</tool_call>'),
 ]
 
 
