@@ -312,6 +312,10 @@ class MessageStream:
         for call in result.tool_calls:
             if call.name is None:
                 break  # still being written; later calls cannot have started
+            if not call.complete and call.arguments == "":
+                # Not streamed before its arguments start: a call cut right after its name
+                # must never reach a client as a complete-looking f({}).
+                break
             if self._tool_names is not None and call.name not in self._tool_names:
                 dropped.append(
                     f"tool call to unknown function {call.name!r} dropped; "

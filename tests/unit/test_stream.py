@@ -104,13 +104,16 @@ def test_non_streaming_mode_parses_once_with_final_verdict() -> None:
     assert len(final.errors) == 1
 
 
-def test_truncated_streamed_call_is_closed_with_empty_object() -> None:
+def test_call_cut_before_its_arguments_never_reaches_the_client() -> None:
+    """A call cut right after its name is not a call, streamed or not (never f({}))."""
     def make(**kw: object) -> MessageStream:
         return MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None, **kw)  # type: ignore[arg-type]
 
-    final = run_stream(make, list('<tool_call>\n{"name": "f", '))
-    assert [(c.name, c.arguments) for c in final.tool_calls] == [("f", "{}")]
-    assert any("stopped streaming" in e for e in final.errors)
+    text = '<tool_call>\n{"name": "delete_all", "'
+    streamed = run_stream(make, list(text))
+    whole = run_nonstream(make, text)
+    assert streamed.tool_calls == [] and whole.tool_calls == []
+    assert streamed.content == whole.content and "delete_all" in (whole.content or "")
 
 
 def test_stream_lifecycle_errors_and_id_factory() -> None:
