@@ -27,6 +27,7 @@ __all__ = [
     "decode_string",
     "CallObject",
     "scan_call_object",
+    "unwrap_string_arguments",
 ]
 
 _WS = " \t\n\r"
@@ -346,3 +347,17 @@ def scan_call_object(
             has_arguments = True
             break
     return CallObject(name, arguments, has_arguments, scan.end, scan.first_key)
+
+
+def unwrap_string_arguments(arguments: str) -> str:
+    """Arguments some models write as a JSON string (``"{\\"a\\": 1}"``): the object text
+    inside when the string holds a JSON object; anything else unchanged."""
+    if not arguments.startswith('"'):
+        return arguments
+    try:
+        inner = json.loads(arguments)
+        if isinstance(inner, str) and isinstance(json.loads(inner), dict):
+            return inner
+    except ValueError:
+        pass
+    return arguments

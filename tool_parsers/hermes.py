@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ._content import ContentBuilder, next_marker
-from ._scan import JsonError, partial_marker_start, scan_call_object, skip_ws
+from ._scan import CallObject, JsonError, partial_marker_start, scan_call_object, skip_ws, unwrap_string_arguments
 from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["HermesToolParser", "FAMILIES"]
@@ -58,15 +58,40 @@ class HermesToolParser(ToolParser):
                 pos = stop + len(self.end)
                 continue
             out.call()
-            if obj is None or obj.end is None:  # cut off while streaming
-                calls.append(ToolCallPart(obj.name if obj else None, obj.arguments if obj else "", False))
+            end = self._calls_in_block(text, obj, final=final, calls=calls)
+            if end is None:  # cut off while streaming
                 break
-            calls.append(ToolCallPart(obj.name, obj.arguments if obj.has_arguments else "{}", True))
-            pos = self._after_call(text, obj.end, final=final, errors=errors)
+            pos = self._after_call(text, end, final=final, errors=errors, out=out)
         return ParsedTools(out.result(final=final), tuple(calls), tuple(errors))
 
-    def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str]) -> int:
-        """Where content resumes after a call's JSON: past the end marker."""
+    def _calls_in_block(self, text: str, obj: CallObject | None, *, final: bool,
+                        calls: list[ToolCallPart]) -> int | None:
+        """Append the block's calls: its first object and any further objects right after it
+        (some models put several calls in one block). Returns where the last one ends (None:
+        cut off while streaming)."""
+        while True:
+            if obj is None or obj.end is None:
+                partial = obj.arguments if obj else ""
+                # arguments written as a JSON string are unwrapped once complete: hold them till then
+                calls.append(ToolCallPart(obj.name if obj else None, "" if partial.startswith('"') else partial,
+                                          False))
+                return None
+            calls.append(ToolCallPart(obj.name, unwrap_string_arguments(obj.arguments) if obj.has_arguments
+                                      else "{}", True))
+            q = skip_ws(text, obj.end)
+            if q >= len(text) or text[q] != "{":
+                return obj.end
+            try:
+                nxt = scan_call_object(text, q)
+            except JsonError:
+                return obj.end  # not a call: _after_call returns its text as content
+            if nxt.end is not None and nxt.name is None or (final and nxt.end is None):
+                return obj.end
+            obj = nxt
+
+    def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str], out: ContentBuilder) -> int:
+        """Where content resumes after a call's JSON: past the end marker (text between the
+        JSON and the marker is returned as content, never dropped)."""
         q = skip_ws(text, obj_end)
         if text.startswith(self.end, q):
             return q + len(self.end)
@@ -74,7 +99,8 @@ class HermesToolParser(ToolParser):
             return len(text)
         stop, nxt = text.find(self.end, q), text.find(self.start, q)
         if stop >= 0 and (nxt < 0 or stop < nxt):
-            errors.append(f"{self.name}: ignored text after the call's JSON: {text[q:stop]!r}")
+            errors.append(f"{self.name}: text after the call's JSON kept as content: {text[q:stop]!r}")
+            out.add(text[q:stop])
             return stop + len(self.end)
         if nxt >= 0:  # end marker missing, another call follows: the gap is content
             return obj_end

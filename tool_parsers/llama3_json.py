@@ -77,6 +77,10 @@ class Llama3JsonToolParser(ToolParser):
             q = skip_ws(text, obj.end)
             if q < len(text) and text[q] == ";":
                 q = skip_ws(text, q + 1)
+            if text.startswith(self.start, q):  # each call may carry its own <|python_tag|>
+                q = skip_ws(text, q + len(self.start))
+            elif not final and q < len(text) and self.start.startswith(text[q:]):
+                return ParsedTools("", tuple(calls), tuple(errors))  # a partial tag: wait
             if q >= len(text):  # a separator or another call may follow
                 return ParsedTools("", tuple(calls), tuple(errors))
             if text[q] != "{":

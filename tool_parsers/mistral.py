@@ -50,7 +50,7 @@ class MistralToolParser(ToolParser):
         while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
             body = skip_ws(text, i + len(self.start))
             try:
-                section, end = self._section(text, body, final=final)
+                section, end = self._section(text, body, final=final, errors=errors)
             except JsonError as exc:
                 errors.append(f"{self.name}: malformed tool call at offset {i} ({exc}); kept as content")
                 nxt = text.find(self.start, max(body, min(exc.pos, len(text))))
@@ -69,22 +69,35 @@ class MistralToolParser(ToolParser):
             pos = end
         return ParsedTools(out.result(final=final), tuple(calls), tuple(errors))
 
-    def _section(self, text: str, p: int, *, final: bool) -> tuple[list[ToolCallPart], int | None]:
+    def _section(self, text: str, p: int, *, final: bool,
+                 errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
         """Calls of the section at ``p`` and where it ends (None: cut off)."""
         if p >= len(text):
             if final:
                 raise JsonError("nothing after the marker", p)
             return [], None
         if text[p] == "[" and not text.startswith(self.args_marker, p):
-            return self._array(text, p, final=final)
+            return self._array(text, p, final=final, errors=errors)
         return self._named(text, p, final=final)
 
-    def _array(self, text: str, p: int, *, final: bool) -> tuple[list[ToolCallPart], int | None]:
+    def _array(self, text: str, p: int, *, final: bool,
+               errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
         arr = scan_array(text, p)
+        items = arr.items
         if final and arr.end is None:
-            raise JsonError("the text ends inside the tool calls", len(text))
+            done = [(start, end) for start, end in items if end is not None]
+            cut = next((start for start, end in items if end is None), None)
+            if not done or cut is None:
+                raise JsonError("the text ends inside the tool calls", len(text))
+            # Cut inside a later call: the finished calls stand, the cut one is content.
+            errors.append(f"{self.name}: the text ends inside a tool call at offset {cut}; kept as content")
+            return self._items(text, done), cut
+        return self._items(text, items), arr.end
+
+    def _items(self, text: str, items: tuple[tuple[int, int | None], ...] | list[tuple[int, int | None]]
+               ) -> list[ToolCallPart]:
         calls = []
-        for start, item_end in arr.items:
+        for start, item_end in items:
             if text[start] != "{":
                 raise JsonError("each tool call must be an object", start)
             obj = scan_call_object(text, start)
@@ -94,7 +107,7 @@ class MistralToolParser(ToolParser):
                 calls.append(ToolCallPart(obj.name, obj.arguments, False))
             else:
                 calls.append(ToolCallPart(obj.name, obj.arguments if obj.has_arguments else "{}", True))
-        return calls, arr.end
+        return calls
 
     def _named(self, text: str, p: int, *, final: bool) -> tuple[list[ToolCallPart], int | None]:
         q = _NAME.match(text, p).end()  # type: ignore[union-attr]
