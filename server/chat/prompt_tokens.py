@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from server.chat.render import ChatRenderer, RenderError
 
-__all__ = ["ControlTokenGuard", "guard_for", "tokenize_chat_prompt"]
+__all__ = ["ControlTokenGuard", "guard_for", "tokenize_chat_prompt", "markers_are_special"]
 
 _GUARDS: dict[int, "ControlTokenGuard"] = {}  # id(tokenizer) -> guard (which holds the tokenizer)
 _DIGITS_AS_LETTERS = str.maketrans("0123456789", "ABCDEFGHIJ")  # placeholders: ASCII letters only
@@ -75,6 +75,7 @@ class ControlTokenGuard:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer  # held, so id(tokenizer) stays unique while cached
         texts, self.special_ids = _special_tokens(tokenizer)
+        self.special_texts = tuple(texts)
         self.special_re = re.compile("|".join(map(re.escape, texts))) if texts else None
         self._codes = {text: str(i).translate(_DIGITS_AS_LETTERS) for i, text in enumerate(texts)}
         self._originals = {code: text for text, code in self._codes.items()}
@@ -197,3 +198,10 @@ def tokenize_chat_prompt(
         param = exc.param and guard.restore(exc.param, prefix)
         raise RenderError(guard.restore(exc.message, prefix), param) from None
     return guard.encode_rendered(rendered, prefix)
+
+
+def markers_are_special(tokenizer: Any, markers: Any) -> bool:
+    """Whether any of a tool-call family's markers is a special token of ``tokenizer``: the
+    output must then keep special tokens as text, or the parser never sees the marker."""
+    texts = set(guard_for(tokenizer).special_texts)
+    return any(m and m in texts for m in markers)

@@ -101,6 +101,7 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
         frequency_penalty=req.frequency_penalty,
         logprobs=logprobs,
         ignore_eos=req.ignore_eos,
+        skip_special_tokens=not (tools and _markers_special(state)),
     )
     rid = "chatcmpl-" + uuid.uuid4().hex
     tool_schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in (tools or [])}
@@ -111,6 +112,16 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
         tool_names=tuple(tool_schemas) if tools else None, tool_schemas=tool_schemas,
         json_schema=json_schema, strict=strict, reasoning_budget=reasoning_budget,
     )
+
+
+def _markers_special(state: ServerState) -> bool:
+    """Whether the tool-call family's markers are special tokens (then kept in the output)."""
+    from server.chat.prompt_tokens import markers_are_special
+
+    parser = state.tool_parser
+    if parser is None:
+        return False
+    return markers_are_special(state.engine.tokenizer, (parser.start, parser.end, parser.format.trigger))
 
 
 def _new_stream(state: ServerState, p: PreparedChat, *, streaming: bool) -> MessageStream:

@@ -46,6 +46,9 @@ class Sampling:
     frequency_penalty: float = 0.0
     logprobs: int | None = None  # None: off; k>=0: chosen token + k alternatives
     ignore_eos: bool = False
+    # False when the output must keep special tokens as text: a family whose tool-call markers
+    # are special tokens (Mistral's [TOOL_CALLS] in v3+ tokenizers) needs them for its parser.
+    skip_special_tokens: bool = True
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,7 @@ class VllmEngine:
             frequency_penalty=s.frequency_penalty,
             logprobs=s.logprobs,
             ignore_eos=s.ignore_eos,
-            skip_special_tokens=True,
+            skip_special_tokens=s.skip_special_tokens,
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=structured_outputs_params(req.constraint) if req.constraint else None,
         )
