@@ -337,10 +337,19 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
     def frame(choice_list: list[dict[str, Any]]) -> bytes:
         return sse_event(chunk(id=p.id, created=p.created, model=model, choices=choice_list))
 
+    opened: set[int] = set()
+
+    def opening(index: int, body: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """As OpenAI: a choice opens with its role when its first delta is known; content is
+        null when the answer starts with a tool call, "" otherwise."""
+        if index in opened:
+            return [body] if body is not None else []
+        opened.add(index)
+        if body is not None and "tool_calls" in body:
+            return [{"role": "assistant", "content": None, **body}]
+        return [{"role": "assistant", "content": ""}] + ([body] if body is not None else [])
+
     try:
-        for ch in choices:
-            yield frame([{"index": ch.index, "delta": {"role": "assistant", "content": ""},
-                          "logprobs": None, "finish_reason": None}])
         async with contextlib.aclosing(_engine_chunks(state, p)) as chunks:
             async for c in chunks:
                 timer.on_chunk(c)
@@ -355,8 +364,12 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                     bodies += _delta_bodies(ch.stream.finish(), state)
                 if req.logprobs and c.logprobs and not bodies:
                     bodies = [{}]
+                bodies = [out for body in bodies for out in opening(ch.index, body)]
+                if ended and ch.index not in opened:
+                    bodies = opening(ch.index, None)
+                lp_at = 1 if len(bodies) > 1 and bodies[0] == {"role": "assistant", "content": ""} else 0
                 for k, body in enumerate(bodies):
-                    lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == 0) else None
+                    lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == lp_at) else None
                     yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
                 if ended:
                     final, outcome = _check_choice(p, ch, checker)
@@ -369,6 +382,9 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                     break
         if any(x.stream.repeat for x in choices):
             await abort_shielded(state, [p.id])  # stop generating what nobody will read
+        for ch in choices:  # every choice is opened, even one the engine said nothing for
+            for body in opening(ch.index, None):
+                yield frame([{"index": ch.index, "delta": body, "logprobs": None, "finish_reason": None}])
         completion_tokens = sum(ch.tokens for ch in choices)
         timer.record(len(p.prompt_ids), completion_tokens)
         if include_usage:

@@ -407,3 +407,18 @@ def test_completions_constraint(make_app):
     assert _constraint(b).kind == "choice"
 
 
+
+
+def _first_deltas(raw: str) -> list[dict[str, Any]]:
+    return [e["choices"][0]["delta"] for e in _events(raw)[:2] if isinstance(e, dict) and e["choices"]]
+
+
+def test_stream_opens_like_openai(make_app):
+    """Role first; content null when the answer starts with a tool call (as OpenAI sends it)."""
+    text = _stream_raw(make_app().client())
+    assert _first_deltas(text)[0] == {"role": "assistant", "content": ""}
+    b = make_app(script=_script(WEATHER_SCRIPT))
+    first = _first_deltas(_stream_raw(b.client(), tools=[WEATHER_TOOL], tool_choice="required"))[0]
+    assert first["role"] == "assistant" and first["content"] is None and first["tool_calls"][0]["id"]
+    empty = make_app(script=_script([""]))  # an empty answer still opens with the role
+    assert _first_deltas(_stream_raw(empty.client()))[0] == {"role": "assistant", "content": ""}
