@@ -184,7 +184,7 @@ def _check_choice(p: PreparedChat, choice: _Choice, checker: ToolCallChecker) ->
     final = choice.stream.final_message()
     checker.check(final, p.tool_schemas)
     outcome = None
-    if p.json_schema is not None:
+    if p.json_schema is not None and not final.tool_calls:  # the format governs text answers only
         outcome = validate_json_output(final.content or "", p.json_schema, finished=choice.finish != "length")
     return final, outcome
 

@@ -75,9 +75,9 @@ class FakeEngine:
                     break
 
     def validate(self, req: GenerateRequest) -> None:
-        """Refuses what vLLM refuses that tests exercise: several greedy choices."""
-        if req.sampling.n > 1 and req.sampling.temperature == 0:
-            raise EngineRequestError(f"n must be 1 when using greedy sampling, got {req.sampling.n}.")
+        """Refuses what the real adapter refuses that tests exercise: a negative seed marker."""
+        if req.sampling.seed == -1:
+            raise EngineRequestError("seed -1 is refused by this fake engine (tests the mapping to a 400).")
 
     async def abort(self, request_id: str) -> None:
         self.aborted.append(request_id)

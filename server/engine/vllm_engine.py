@@ -99,6 +99,9 @@ class VllmEngine:
             params = self._sampling_params(req)
         except ValueError as exc:  # vLLM's own checks on the values: a bad request, not a crash
             raise EngineRequestError(str(exc)) from exc
+        # vLLM refuses n>1 for greedy sampling; OpenAI answers it. Greedy choices are identical,
+        # so one is generated and copied to every index.
+        copies = _greedy_copies(s)
         prompt = tokens_input(list(req.prompt_token_ids))
         sent_prompt: set[int] = set()
         try:
@@ -107,16 +110,18 @@ class VllmEngine:
                 for c in out.outputs:
                     if c.finish_reason == "abort":  # never reported as a normal stop
                         raise EngineAbortedError(f"request {req.request_id} was aborted")
-                    yield TokenChunk(
-                        index=c.index,
-                        text=c.text,
-                        num_tokens=len(c.token_ids),
-                        finish_reason=_finish_reason(c.finish_reason),
-                        logprobs=_logprobs(c, self.tokenizer, s.logprobs) if s.logprobs is not None else (),
-                        prompt_tokens=len(out.prompt_token_ids or ()) if c.index not in sent_prompt else 0,
-                        queue_seconds=queue if c.index not in sent_prompt else None,
-                    )
-                    sent_prompt.add(c.index)
+                    logprobs = _logprobs(c, self.tokenizer, s.logprobs) if s.logprobs is not None else ()
+                    for index in range(c.index, c.index + copies):
+                        yield TokenChunk(
+                            index=index,
+                            text=c.text,
+                            num_tokens=len(c.token_ids),
+                            finish_reason=_finish_reason(c.finish_reason),
+                            logprobs=logprobs,
+                            prompt_tokens=len(out.prompt_token_ids or ()) if index not in sent_prompt else 0,
+                            queue_seconds=queue if index not in sent_prompt else None,
+                        )
+                        sent_prompt.add(index)
         except VllmDead as exc:
             raise EngineDeadError(str(exc)) from exc
         except ValueError as exc:  # vLLM's own validation (e.g. grammar it rejects)
@@ -127,7 +132,7 @@ class VllmEngine:
 
         s = req.sampling
         return SamplingParams(
-            n=s.n,
+            n=s.n // _greedy_copies(s),
             max_tokens=s.max_tokens,
             temperature=s.temperature,
             top_p=s.top_p,
@@ -179,6 +184,11 @@ def structured_outputs_params(constraint: Any) -> Any:
     if kind == "structural_tag":
         return StructuredOutputsParams(structural_tag=json.dumps(value, ensure_ascii=False))
     raise ValueError(f"unknown constraint kind {kind!r}")
+
+
+def _greedy_copies(s: Any) -> int:
+    """How many copies of one generated choice make the ``n`` asked (n for greedy, else 1)."""
+    return s.n if s.n > 1 and s.temperature == 0 else 1
 
 
 def _finish_reason(reason: str | None) -> str | None:

@@ -11,8 +11,9 @@ follow the tool's ``parameters`` schema. After the last call only end-of-turn is
 
 Decisions:
 * ``response_format`` json (or ``structured_outputs``) together with ``tool_choice`` "required" or
-  a named tool is a ConstraintError: the turn cannot be both a tool call and a JSON answer.
-  With ``tool_choice`` "auto" the output is either the tool calls or the JSON answer.
+  a named tool: the turn is a tool call, so the calls are the constraint (as OpenAI does: the
+  format governs text turns, and a forced call is not one). With ``tool_choice`` "auto" the
+  output is either the tool calls or the JSON answer.
 * A named ``tool_choice`` yields exactly one call of that tool (``parallel_tool_calls`` ignored).
 * ``tool_choice`` "none" adds no constraint (the tools are not rendered).
 * A json schema that vLLM's xgrammar path refuses outright (vLLM's
@@ -576,13 +577,6 @@ def constraint_from_request(
 
     if mode == "none":
         return None if response is None else _finish(response.fmt, reasoning, response.plain)
-    if mode in ("required", "named") and response is not None:
-        raise ConstraintError(
-            f"tool_choice {'required' if mode == 'required' else repr(named)} forces a tool call, which cannot "
-            "also be the JSON answer response_format / structured_outputs asks for; "
-            "drop one of them or use tool_choice 'auto'.",
-            "tool_choice",
-        )
     if mode == "auto" and not tool_constraints:
         return None
     fmt_spec = _resolve_format(tool_format)

@@ -241,3 +241,16 @@ def test_grafana_dashboard_metrics_exist_on_live_metrics(http, model):
             exposed.add(name + "_total" if kind == "counter" and not name.endswith("_total") else name)
     missing = sorted(n for n in dashboard_metric_names() if n not in exposed)
     assert not missing, f"the dashboard queries metrics /metrics does not expose: {missing}"
+
+
+def test_n_greedy_choices_are_served(client, model):
+    """vLLM refuses n>1 for greedy sampling; OpenAI serves it: n identical greedy choices."""
+    r = client.chat.completions.create(model=model, messages=HI, temperature=0, max_tokens=8, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert len({c.message.content for c in r.choices}) == 1 and r.choices[0].message.content
+    stream = client.chat.completions.create(model=model, messages=HI, temperature=0, max_tokens=8, n=2, stream=True)
+    texts = {0: "", 1: ""}
+    for chunk in stream:
+        for ch in chunk.choices:
+            texts[ch.index] += ch.delta.content or ""
+    assert texts[0] == texts[1] == r.choices[0].message.content

@@ -318,3 +318,18 @@ def test_metrics_count_valid_tool_calls(http, client, model):
     r = client.chat.completions.create(model=model, temperature=0, max_tokens=MAX_TOKENS, **CASES["named"])
     assert len(r.choices[0].message.tool_calls) == 1
     assert _valid_calls(http) >= before + 1
+
+
+def test_forced_call_with_response_format_is_served(client, model):
+    """OpenAI accepts tool_choice required / named with response_format: the turn is the call."""
+    rf = {"type": "json_schema", "json_schema": {"name": "answer", "strict": True, "schema": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
+        "additionalProperties": False}}}
+    for choice in ("required", named("get_weather")):
+        r = client.chat.completions.create(model=model, messages=PARIS, tools=TOOLS, tool_choice=choice,
+                                           response_format=rf, temperature=0, max_tokens=MAX_TOKENS)
+        ch = r.choices[0]
+        if ch.finish_reason != "length":
+            assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, ch
+            for tc in ch.message.tool_calls:
+                Draft202012Validator(SCHEMAS[tc.function.name]).validate(json.loads(tc.function.arguments))

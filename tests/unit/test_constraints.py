@@ -316,8 +316,6 @@ ERROR_CASES = [
     (dict(tools=None, tool_choice="required"), "tool_choice", "needs at least one tool"),
     (dict(tools=[], tool_choice={"type": "function", "function": {"name": "f"}}), "tool_choice", "no tools were given"),
     (dict(tools=TOOLS, tool_choice="sometimes", tool_format="hermes"), "tool_choice", "'sometimes' is not supported"),
-    (dict(tools=TOOLS, tool_choice="required", tool_format="hermes", response_format={"type": "json_object"}),
-     "tool_choice", "forces a tool call"),
     (dict(tools=TOOLS, tool_choice="auto", tool_format=None), "tools", "no tool-call format is known"),
     (dict(tools=TOOLS, tool_choice="auto", tool_format="xml"), "tools", "format 'xml' is not one of"),
     (dict(tools=TOOLS + TOOLS[:1], tool_choice="auto", tool_format="hermes"), "tools[2].function.name", "used twice"),
@@ -499,3 +497,12 @@ def test_parameterless_tool_is_exactly_empty_braces() -> None:
                                 parallel_tool_calls=True, tool_format="hermes")
     assert '"const_string"' in json.dumps(c.value) and '"{}"' in json.dumps(c.value)
     assert '"json_schema"' not in json.dumps(c.value)
+
+
+def test_forced_call_with_a_response_format_is_the_call() -> None:
+    """OpenAI serves tool_choice required / named with response_format: the turn is the call."""
+    rf = {"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER}}
+    for choice in ("required", NAMED_PING):
+        with_format = build(tools=TOOLS, tool_choice=choice, tool_format="hermes", response_format=rf)
+        without = build(tools=TOOLS, tool_choice=choice, tool_format="hermes")
+        assert with_format == without
