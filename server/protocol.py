@@ -102,8 +102,8 @@ class ResponseFormat(_Lenient):
 
     @model_validator(mode="after")
     def _check(self) -> "ResponseFormat":
-        if self.type == "json_schema" and (self.json_schema is None or self.json_schema.schema_ is None):
-            raise ValueError("response_format of type 'json_schema' needs 'json_schema.schema'")
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("response_format of type 'json_schema' needs 'json_schema' (a name and a schema)")
         return self
 
 
@@ -129,6 +129,31 @@ class _SamplingFields(_Lenient):
     user: str | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     ignore_eos: bool = False
+    logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is None:
+            return v
+        if len(v) > 1024:
+            raise ValueError("at most 1024 token ids may be biased")
+        for key, bias in v.items():
+            if not key.strip().lstrip("-").isdigit():
+                raise ValueError(f"keys must be token ids (integers as strings), got {key!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"biases must lie in [-100, 100], got {bias} for token {key}")
+        return v
+
+    def logit_bias_ids(self, vocab_size: int) -> tuple[tuple[int, float], ...]:
+        """The biases by token id; ValueError naming an id outside the vocabulary."""
+        out = []
+        for key, bias in (self.logit_bias or {}).items():
+            token = int(key)
+            if not 0 <= token < vocab_size:
+                raise ValueError(f"token id {token} is outside this model's vocabulary (0..{vocab_size - 1})")
+            out.append((token, float(bias)))
+        return tuple(out)
 
     @field_validator("stop")
     @classmethod

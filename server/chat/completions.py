@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator
 from server.chat.service import run_engine
 from server.engine.base import GenerateRequest, Sampling, TokenLogprob
 from server.errors import bad_request
-from server.chat.generation import GenerationTimer, checked, completion_budget
+from server.chat.generation import GenerationTimer, checked, completion_budget, logit_bias
 from server.protocol import CompletionRequest, usage_dict
 from server.chat.sse import DONE, chunk, sse_event
 from server.chat.stream_guard import abort_shielded, guarded_stream
@@ -48,6 +48,7 @@ def prepare_completion(state: ServerState, req: CompletionRequest) -> list[tuple
             n=req.n, seed=req.seed, stop=req.stop_list(),
             presence_penalty=req.presence_penalty, frequency_penalty=req.frequency_penalty,
             logprobs=req.logprobs, ignore_eos=req.ignore_eos,
+            logit_bias=logit_bias(req, state.engine.vocab_size),
         )
         rid = "cmpl-" + uuid.uuid4().hex
         out.append((text, checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=ids,

@@ -7,7 +7,7 @@ from server import metrics
 from server.engine.base import EngineRequestError, GenerateRequest, TokenChunk
 from server.errors import bad_request
 
-__all__ = ["GenerationTimer", "completion_budget", "checked"]
+__all__ = ["GenerationTimer", "completion_budget", "checked", "logit_bias"]
 
 _SAMPLING_PARAMS = ("n", "temperature", "top_p", "seed", "stop", "logprobs", "max_tokens", "presence_penalty",
                     "frequency_penalty")
@@ -85,3 +85,11 @@ class GenerationTimer:
     def record(self, prompt_tokens: int, completion_tokens: int) -> None:
         metrics.PROMPT_TOKENS.inc(prompt_tokens)
         metrics.COMPLETION_TOKENS.inc(completion_tokens)
+
+
+def logit_bias(req: object, vocab_size: int) -> tuple[tuple[int, float], ...]:
+    """The request's ``logit_bias`` by token id; 400 naming ``logit_bias`` for an unknown id."""
+    try:
+        return req.logit_bias_ids(vocab_size)  # type: ignore[attr-defined]
+    except ValueError as exc:
+        raise bad_request(f"Invalid value for 'logit_bias': {exc}.", param="logit_bias", code="invalid_value") from exc

@@ -15,7 +15,7 @@ from typing import Any, AsyncIterator
 
 from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
 from server.errors import APIError, bad_request
-from server.chat.generation import GenerationTimer, checked, completion_budget
+from server.chat.generation import GenerationTimer, checked, completion_budget, logit_bias
 from server.chat.output_checks import ToolCallChecker, validate_json_output
 from server.protocol import ChatCompletionRequest, usage_dict
 from server.chat.reasoning_budget import ReasoningBudget, budgeted_chunks, plan_reasoning_budget
@@ -102,6 +102,7 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
         logprobs=logprobs,
         ignore_eos=req.ignore_eos,
         skip_special_tokens=not (tools and _markers_special(state)),
+        logit_bias=logit_bias(req, state.engine.vocab_size),
     )
     rid = "chatcmpl-" + uuid.uuid4().hex
     tool_schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in (tools or [])}

@@ -49,6 +49,7 @@ class Sampling:
     # False when the output must keep special tokens as text: a family whose tool-call markers
     # are special tokens (Mistral's [TOOL_CALLS] in v3+ tokenizers) needs them for its parser.
     skip_special_tokens: bool = True
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias added to its logit)
 
 
 @dataclass(frozen=True)

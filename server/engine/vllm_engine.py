@@ -143,6 +143,7 @@ class VllmEngine:
             logprobs=s.logprobs,
             ignore_eos=s.ignore_eos,
             skip_special_tokens=s.skip_special_tokens,
+            logit_bias=dict(s.logit_bias) or None,
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=structured_outputs_params(req.constraint) if req.constraint else None,
         )

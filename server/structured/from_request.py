@@ -144,6 +144,8 @@ def request_constraint(state: ServerState, req: Any,
     constraint_limits(state, so)
     schema: dict | None = None
     strict = False
+    if rf and rf.get("type") == "json_schema" and "schema" not in rf["json_schema"]:
+        rf = {"type": "json_object"}  # as OpenAI: a json_schema without a schema is any JSON object
     if rf and rf.get("type") == "json_schema":
         schema = rf["json_schema"]["schema"]
         strict = bool(rf["json_schema"].get("strict"))

@@ -254,3 +254,21 @@ def test_n_greedy_choices_are_served(client, model):
         for ch in chunk.choices:
             texts[ch.index] += ch.delta.content or ""
     assert texts[0] == texts[1] == r.choices[0].message.content
+
+
+def test_logit_bias_is_applied(client, model):
+    """+100 on one token makes greedy decoding pick it; -100 keeps it out (never silently ignored)."""
+    import transformers
+
+    from server.default_model import ensure_default_model
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(ensure_default_model(progress=False)))
+    banana = tok.encode("banana", add_special_tokens=False)[0]
+    forced = client.chat.completions.create(model=model, messages=HI, temperature=0, max_tokens=3,
+                                            logit_bias={str(banana): 100})
+    assert forced.choices[0].message.content.startswith(tok.decode([banana]))
+    plain = client.chat.completions.create(model=model, messages=HI, temperature=0, max_tokens=3)
+    first = tok.encode(plain.choices[0].message.content, add_special_tokens=False)[0]
+    banned = client.chat.completions.create(model=model, messages=HI, temperature=0, max_tokens=3,
+                                            logit_bias={str(first): -100})
+    assert tok.encode(banned.choices[0].message.content, add_special_tokens=False)[0] != first

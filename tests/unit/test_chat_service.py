@@ -422,3 +422,18 @@ def test_stream_opens_like_openai(make_app):
     assert first["role"] == "assistant" and first["content"] is None and first["tool_calls"][0]["id"]
     empty = make_app(script=_script([""]))  # an empty answer still opens with the role
     assert _first_deltas(_stream_raw(empty.client()))[0] == {"role": "assistant", "content": ""}
+
+
+def test_json_schema_without_schema_is_any_object(make_app):
+    b = make_app(script=_script(['{"a": 1}']))
+    r = _chat(b.client(), max_tokens=20, response_format={"type": "json_schema", "json_schema": {"name": "x"}})
+    assert r.status_code == 200 and b.engine.requests[-1].constraint.kind == "json_object"
+
+
+def test_logit_bias_reaches_the_engine(make_app):
+    b = make_app()
+    assert _chat(b.client(), max_tokens=3, logit_bias={"65": 5.5, "66": -100}).status_code == 200
+    assert dict(b.engine.requests[-1].sampling.logit_bias) == {65: 5.5, 66: -100.0}
+    for bad in ({"x": 1}, {"65": 200}, {str(0x110000 + 1): 1}, {"-1": 1}):
+        r = _chat(b.client(), max_tokens=3, logit_bias=bad)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias", (bad, r.text)
