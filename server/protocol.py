@@ -85,6 +85,37 @@ class NamedToolChoice(_Lenient):
     function: NamedToolChoiceFunction
 
 
+class AllowedTool(_Lenient):
+    type: Literal["function"] = "function"
+    function: NamedToolChoiceFunction | None = None
+    name: str | None = None  # the Responses API's flat shape
+
+    @model_validator(mode="after")
+    def _named(self) -> "AllowedTool":
+        if self.function is None and not self.name:
+            raise ValueError("each allowed tool needs a 'function': {'name': ...}")
+        return self
+
+    @property
+    def tool_name(self) -> str:
+        return self.function.name if self.function is not None else str(self.name)
+
+
+class AllowedTools(_Lenient):
+    mode: Literal["auto", "required"] = "auto"
+    tools: list[AllowedTool] = Field(min_length=1)
+
+
+class AllowedToolsChoice(_Lenient):
+    """Call only these tools (the rest stay in the prompt, e.g. for prompt caching)."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+    def names(self) -> list[str]:
+        return [t.tool_name for t in self.allowed_tools.tools]
+
+
 class StreamOptions(_Lenient):
     include_usage: bool = False
 
@@ -178,7 +209,7 @@ class ChatCompletionRequest(_SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[ToolDef] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None

@@ -106,6 +106,8 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     )
     rid = "chatcmpl-" + uuid.uuid4().hex
     tool_schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in (tools or [])}
+    if hasattr(req.tool_choice, "names"):  # allowed_tools: calls to the others are not returned
+        tool_schemas = {n: s for n, s in tool_schemas.items() if n in req.tool_choice.names()}
     return PreparedChat(
         request=req, id=rid, created=int(time.time()), prompt_ids=prompt_ids,
         gen=checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,

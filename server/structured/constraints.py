@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from server.structured.vllm_limits import vllm_json_refusal
+
 if TYPE_CHECKING:  # pragma: no cover
     from tool_parsers.base import CallFormat
 
@@ -320,68 +322,6 @@ def _check_structural_tag(tag: dict[str, Any], param: str | None) -> None:
         raise ConstraintError(f"The constraint cannot be compiled: {_xgr_message(exc)}", param) from None
 
 
-_VLLM_STRING_FORMATS = frozenset({
-    "email", "date", "time", "date-time", "duration", "ipv4", "ipv6", "hostname", "uuid", "uri",
-    "uri-reference", "uri-template", "json-pointer", "relative-json-pointer",
-})
-
-
-def vllm_json_refusal(schema: Any) -> str | None:
-    """Where and why vLLM 0.32's ``has_xgrammar_unsupported_json_features`` refuses ``schema``
-    for ``structured_outputs.json`` (None when it accepts). Mirrors vLLM's rules."""
-
-    def types(obj: dict[str, Any]) -> set[str]:
-        t = obj.get("type")
-        return {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)} if isinstance(t, list) else set()
-
-    def bounded_pattern(obj: dict[str, Any]) -> bool:
-        return ("pattern" in obj or "format" in obj) and ("minLength" in obj or "maxLength" in obj)
-
-    def why(obj: dict[str, Any]) -> str | None:
-        ts = types(obj)
-        if ts & {"integer", "number"} and "multipleOf" in obj:
-            return "multipleOf"
-        if "array" in ts and any(k in obj for k in ("uniqueItems", "contains", "minContains", "maxContains")):
-            return "uniqueItems/contains on an array"
-        if "string" in ts and "format" in obj and obj["format"] not in _VLLM_STRING_FORMATS:
-            return f"string format {obj['format']!r}"
-        if "string" in ts and bounded_pattern(obj):
-            return "pattern/format together with minLength/maxLength"
-        if "object" in ts and "propertyNames" in obj:
-            pn = obj.get("propertyNames")
-            if (isinstance(pn, dict) and bounded_pattern(pn)) or "patternProperties" in obj or "properties" in obj:
-                return "propertyNames combined with other object keywords"
-            if obj.get("unevaluatedProperties", True) is not True:
-                return "propertyNames with unevaluatedProperties"
-        if "object" in ts and isinstance(obj.get("patternProperties"), dict):
-            if "properties" in obj or len(obj["patternProperties"]) > 1:
-                return "patternProperties combined with properties or several patterns"
-        allof = obj.get("allOf")
-        if isinstance(allof, list) and len(allof) >= 2:
-            return "allOf with several branches"
-        return None
-
-    def walk(obj: Any, pointer: str) -> str | None:
-        if not isinstance(obj, dict):
-            return None
-        reason = why(obj)
-        if reason:
-            return f"{reason} at {pointer or '/'}"
-        for key, value in obj.items():
-            if isinstance(value, dict):
-                found = walk(value, f"{pointer}/{key}")
-                if found:
-                    return found
-            elif isinstance(value, list):
-                for i, item in enumerate(value):
-                    found = walk(item, f"{pointer}/{key}/{i}") if isinstance(item, dict) else None
-                    if found:
-                        return found
-        return None
-
-    return walk(schema, "")
-
-
 # ---------------------------------------------------------------------------------------------
 # Request → Constraint
 
@@ -505,8 +445,22 @@ def _tool_entries(tools: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     return entries
 
 
+def _allowed(tool_choice: Any, names: list[str]) -> list[str] | None:
+    """The allowed subset of an ``allowed_tools`` choice (None for any other choice)."""
+    if not (isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools"):
+        return None
+    allowed = list(tool_choice.get("names") or [])
+    unknown = [n for n in allowed if n not in names]
+    if unknown:
+        raise ConstraintError(f"tool_choice.allowed_tools names {', '.join(map(repr, unknown))}, which "
+                              f"{'is' if len(unknown) == 1 else 'are'} not in tools.", "tool_choice")
+    return allowed
+
+
 def _tool_mode(tool_choice: str | dict[str, Any] | None, names: list[str]) -> tuple[str, str | None]:
     """('none'|'auto'|'required'|'named', named tool)."""
+    if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools":
+        return str(tool_choice.get("mode") or "auto"), None
     if tool_choice is None:
         return ("auto", None) if names else ("none", None)
     if isinstance(tool_choice, str):
@@ -574,6 +528,9 @@ def constraint_from_request(
 
     entries = _tool_entries(tools or [])
     mode, named = _tool_mode(tool_choice, [n for n, _ in entries])
+    allowed = _allowed(tool_choice, [n for n, _ in entries])
+    if allowed is not None:
+        entries = [e for e in entries if e[0] in allowed]
 
     if mode == "none":
         return None if response is None else _finish(response.fmt, reasoning, response.plain)

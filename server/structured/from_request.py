@@ -161,7 +161,9 @@ def request_constraint(state: ServerState, req: Any,
         if params:
             schema_limits(state, params, param=f"tools.{t['function']['name']}.parameters")
     tool_choice = getattr(req, "tool_choice", None)
-    if hasattr(tool_choice, "model_dump"):
+    if hasattr(tool_choice, "names"):  # allowed_tools: the grammar offers only those
+        tool_choice = {"type": "allowed_tools", "mode": tool_choice.allowed_tools.mode, "names": tool_choice.names()}
+    elif hasattr(tool_choice, "model_dump"):
         tool_choice = tool_choice.model_dump()
     try:
         constraint = constraint_from_request(

@@ -437,3 +437,15 @@ def test_logit_bias_reaches_the_engine(make_app):
     for bad in ({"x": 1}, {"65": 200}, {str(0x110000 + 1): 1}, {"-1": 1}):
         r = _chat(b.client(), max_tokens=3, logit_bias=bad)
         assert r.status_code == 400 and r.json()["error"]["param"] == "logit_bias", (bad, r.text)
+
+
+def test_allowed_tools_calls_to_others_are_not_returned(make_app):
+    b = make_app(script=_script(WEATHER_SCRIPT))
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+        {"type": "function", "function": {"name": "get_time"}}]}}
+    r = _chat(b.client(), max_tokens=200, tools=[WEATHER_TOOL, TIME_TOOL], tool_choice=allowed)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["tool_calls"] is None
+    assert "get_time" in json.dumps(b.engine.requests[-1].constraint.value)
+    bad = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "name": "nope"}]}}
+    r = _chat(b.client(), max_tokens=5, tools=[WEATHER_TOOL], tool_choice=bad)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"

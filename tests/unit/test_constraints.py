@@ -506,3 +506,17 @@ def test_forced_call_with_a_response_format_is_the_call() -> None:
         with_format = build(tools=TOOLS, tool_choice=choice, tool_format="hermes", response_format=rf)
         without = build(tools=TOOLS, tool_choice=choice, tool_format="hermes")
         assert with_format == without
+
+
+def test_allowed_tools_restrict_the_grammar_to_the_subset() -> None:
+    """tool_choice allowed_tools: every tool stays in the prompt; the grammar offers only these."""
+    subset = {"type": "allowed_tools", "mode": "required", "names": ["ping"]}
+    only_ping = build(tools=TOOLS, tool_choice=subset, tool_format="hermes")
+    named = build(tools=TOOLS, tool_choice="required", tool_format="hermes")
+    assert only_ping != named
+    text = json.dumps(only_ping.value)
+    assert "ping" in text and all(t["function"]["name"] in text for t in TOOLS if t["function"]["name"] == "ping")
+    others = [t["function"]["name"] for t in TOOLS if t["function"]["name"] != "ping"]
+    assert others and not any(f'"{n}' in text for n in others)
+    with pytest.raises(ConstraintError, match="not in tools"):
+        build(tools=TOOLS, tool_choice={"type": "allowed_tools", "mode": "auto", "names": ["nope"]}, tool_format="hermes")
