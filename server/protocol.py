@@ -85,6 +85,10 @@ class NamedToolChoice(_Lenient):
     function: NamedToolChoiceFunction
 
 
+class FunctionCallChoice(_Lenient):
+    name: str
+
+
 class AllowedTool(_Lenient):
     type: Literal["function"] = "function"
     function: NamedToolChoiceFunction | None = None
@@ -210,6 +214,10 @@ class ChatCompletionRequest(_SamplingFields):
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     tools: list[ToolDef] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | AllowedToolsChoice | None = None
+    # The legacy function-calling API: mapped onto tools (one call at most), answered with
+    # message.function_call and finish_reason "function_call" as that API did.
+    functions: list[FunctionDef] | None = None
+    function_call: Literal["none", "auto"] | FunctionCallChoice | None = None
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
@@ -254,6 +262,51 @@ class ChatCompletionRequest(_SamplingFields):
                     "tool call has; send the assistant message with that call first"
                 )
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_messages(cls, data: Any) -> Any:
+        """Legacy history: an assistant ``function_call`` becomes a tool call with an id, and a
+        ``function`` message its tool result (answering the latest call of that name)."""
+        messages = data.get("messages") if isinstance(data, dict) else None
+        if not isinstance(messages, list) or not any(
+                isinstance(m, dict) and (m.get("role") == "function" or m.get("function_call")) for m in messages):
+            return data
+        out, last_id = [], {}
+        for i, m in enumerate(messages):
+            if isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("function_call"), dict):
+                call_id = f"call_legacy_{i}"
+                last_id[m["function_call"].get("name")] = call_id
+                m = {k: v for k, v in m.items() if k != "function_call"}
+                m["tool_calls"] = [{"id": call_id, "type": "function", "function": messages[i]["function_call"]}]
+            elif isinstance(m, dict) and m.get("role") == "function":
+                m = {**m, "role": "tool", "tool_call_id": last_id.get(m.get("name"), "")}
+            out.append(m)
+        return {**data, "messages": out}
+
+    @model_validator(mode="after")
+    def _legacy_functions(self) -> "ChatCompletionRequest":
+        if self.functions is None:
+            if self.function_call is not None:
+                raise ValueError("'function_call' needs 'functions'")
+            return self
+        if self.tools is not None or self.tool_choice is not None:
+            raise ValueError("send either 'tools' / 'tool_choice' or the legacy 'functions' / 'function_call', not both")
+        names = [f.name for f in self.functions]
+        if len(set(names)) != len(names):
+            raise ValueError("function names must be unique")
+        self.tools = [ToolDef(type="function", function=f) for f in self.functions]
+        fc = self.function_call
+        if isinstance(fc, FunctionCallChoice):
+            self.tool_choice = NamedToolChoice(type="function", function=NamedToolChoiceFunction(name=fc.name))
+        else:
+            self.tool_choice = fc
+        self.parallel_tool_calls = False
+        return self
+
+    def legacy_functions(self) -> bool:
+        """Whether the request used the legacy ``functions`` API (and is answered in its shape)."""
+        return self.functions is not None
 
     @model_validator(mode="after")
     def _alias_budget(self) -> "ChatCompletionRequest":

@@ -170,6 +170,7 @@ class _Choice:
 
     def __init__(self, state: ServerState, p: PreparedChat, index: int, *, streaming: bool) -> None:
         self.index = index
+        self.legacy = p.request.legacy_functions()
         self.stream = _new_stream(state, p, streaming=streaming)
         self.tokens = 0
         self.finish: str | None = None
@@ -178,7 +179,9 @@ class _Choice:
     def finish_reason(self, final: Any) -> str:
         if self.finish == "length":
             return "length"
-        return "tool_calls" if final.tool_calls else "stop"
+        if not final.tool_calls:
+            return "stop"
+        return "function_call" if self.legacy else "tool_calls"
 
 
 def _check_choice(p: PreparedChat, choice: _Choice, checker: ToolCallChecker) -> tuple[Any, str | None]:
@@ -192,7 +195,7 @@ def _check_choice(p: PreparedChat, choice: _Choice, checker: ToolCallChecker) ->
     return final, outcome
 
 
-def _message(state: ServerState, final: Any) -> dict[str, Any]:
+def _message(state: ServerState, final: Any, *, legacy: bool = False) -> dict[str, Any]:
     calls = [
         {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
         for c in final.tool_calls
@@ -200,7 +203,11 @@ def _message(state: ServerState, final: Any) -> dict[str, Any]:
     # OpenAI: content is null beside tool calls unless text came before them; "" for an empty answer.
     msg: dict[str, Any] = {"role": "assistant", "content": final.content or (None if calls else "")}
     msg.update(_reasoning_fields(state, final.reasoning))
-    msg["tool_calls"] = calls or None
+    if legacy:  # the legacy functions API: one call, as message.function_call
+        if calls:
+            msg["function_call"] = calls[0]["function"]
+    else:
+        msg["tool_calls"] = calls or None
     msg["refusal"] = None
     return msg
 
@@ -270,7 +277,7 @@ async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, 
         final, outcome = _check_choice(p, ch, checker)
         out = {
             "index": ch.index,
-            "message": _message(state, final),
+            "message": _message(state, final, legacy=ch.legacy),
             "logprobs": _logprobs_json(ch.logprobs) if p.request.logprobs else None,
             "finish_reason": ch.finish_reason(final),
         }
@@ -302,8 +309,9 @@ def _reasoning_tokens(state: ServerState, choices: list[_Choice]) -> int | None:
     return total
 
 
-def _delta_bodies(delta: Any, state: ServerState) -> list[dict[str, Any]]:
-    """One delta body for text, then one per tool-call entry (header alone, as OpenAI does)."""
+def _delta_bodies(delta: Any, state: ServerState, *, legacy: bool = False) -> list[dict[str, Any]]:
+    """One delta body for text, then one per tool-call entry (header alone, as OpenAI does);
+    ``legacy``: as the functions API streamed them, ``delta.function_call``."""
     if delta is None:
         return []
     bodies: list[dict[str, Any]] = []
@@ -315,6 +323,10 @@ def _delta_bodies(delta: Any, state: ServerState) -> list[dict[str, Any]]:
     if text:
         bodies.append(text)
     for tc in delta.tool_calls:
+        if legacy:
+            fn = {"name": tc.name, "arguments": tc.arguments} if tc.name is not None else {"arguments": tc.arguments}
+            bodies.append({"function_call": fn})
+            continue
         if tc.name is not None:
             call = {"index": tc.index, "id": tc.id, "type": "function",
                     "function": {"name": tc.name, "arguments": tc.arguments}}
@@ -348,7 +360,7 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
         if index in opened:
             return [body] if body is not None else []
         opened.add(index)
-        if body is not None and "tool_calls" in body:
+        if body is not None and ("tool_calls" in body or "function_call" in body):
             return [{"role": "assistant", "content": None, **body}]
         return [{"role": "assistant", "content": ""}] + ([body] if body is not None else [])
 
@@ -360,11 +372,11 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                 ch.tokens += c.num_tokens
                 if ch.finish:  # the turn ended at a repeated call: the rest is ignored
                     continue
-                bodies = _delta_bodies(ch.stream.feed(c.text), state)
+                bodies = _delta_bodies(ch.stream.feed(c.text), state, legacy=ch.legacy)
                 ended = c.finish_reason or ("stop" if ch.stream.repeat else None)
                 if ended:
                     ch.finish = ended
-                    bodies += _delta_bodies(ch.stream.finish(), state)
+                    bodies += _delta_bodies(ch.stream.finish(), state, legacy=ch.legacy)
                 if req.logprobs and c.logprobs and not bodies:
                     bodies = [{}]
                 bodies = [out for body in bodies for out in opening(ch.index, body)]

@@ -333,3 +333,15 @@ def test_forced_call_with_response_format_is_served(client, model):
             assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, ch
             for tc in ch.message.tool_calls:
                 Draft202012Validator(SCHEMAS[tc.function.name]).validate(json.loads(tc.function.arguments))
+
+
+def test_legacy_functions_api(client, model):
+    """The deprecated functions / function_call fields are served in their own shape, enforced."""
+    fn = WEATHER["function"]
+    r = client.chat.completions.create(model=model, messages=PARIS, functions=[fn],
+                                       function_call={"name": fn["name"]}, temperature=0, max_tokens=MAX_TOKENS)
+    ch = r.choices[0]
+    if ch.finish_reason != "length":
+        assert ch.finish_reason == "function_call" and ch.message.function_call.name == fn["name"]
+        Draft202012Validator(fn["parameters"]).validate(json.loads(ch.message.function_call.arguments))
+        assert not ch.message.tool_calls

@@ -449,3 +449,35 @@ def test_allowed_tools_calls_to_others_are_not_returned(make_app):
     bad = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "name": "nope"}]}}
     r = _chat(b.client(), max_tokens=5, tools=[WEATHER_TOOL], tool_choice=bad)
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
+
+
+LEGACY_FN = {"name": "get_weather", "description": "Weather in a city",
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+
+
+def test_legacy_functions_answered_as_the_legacy_api(make_app):
+    b = make_app(script=_script(WEATHER_SCRIPT))
+    r = _chat(b.client(), max_tokens=200, functions=[LEGACY_FN], function_call={"name": "get_weather"})
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "function_call" and "tool_calls" not in choice["message"]
+    assert choice["message"]["function_call"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert b.engine.requests[-1].constraint is not None  # the call is enforced like any tool call
+    raw = _stream_raw(b.client(), max_tokens=200, functions=[LEGACY_FN])
+    deltas = [e["choices"][0] for e in _events(raw) if isinstance(e, dict) and e["choices"]]
+    name = "".join(d["delta"].get("function_call", {}).get("name") or "" for d in deltas)
+    args = "".join(d["delta"].get("function_call", {}).get("arguments") or "" for d in deltas)
+    assert name == "get_weather" and json.loads(args) == {"city": "Paris"}
+    assert deltas[-1]["finish_reason"] == "function_call"
+
+
+def test_legacy_history_and_mixing_rules(make_app):
+    b = make_app()
+    history = [{"role": "user", "content": "Weather?"},
+               {"role": "assistant", "content": None, "function_call": {"name": "get_weather",
+                                                                        "arguments": '{"city": "Paris"}'}},
+               {"role": "function", "name": "get_weather", "content": "sunny"}]
+    assert _chat(b.client(), messages=history, max_tokens=5, functions=[LEGACY_FN]).status_code == 200
+    both = _chat(b.client(), max_tokens=5, functions=[LEGACY_FN], tools=[WEATHER_TOOL])
+    assert both.status_code == 400 and "not both" in both.json()["error"]["message"]
+    lone = _chat(b.client(), max_tokens=5, function_call="auto")
+    assert lone.status_code == 400 and "needs 'functions'" in lone.json()["error"]["message"]
