@@ -242,6 +242,25 @@ def _engine_chunks(state: ServerState, p: PreparedChat) -> AsyncIterator[TokenCh
     return budgeted_chunks(state, p.gen, p.reasoning_budget, run=run_engine)
 
 
+async def _open_choices(state: ServerState, p: PreparedChat, choices: list[_Choice],
+                        timer: GenerationTimer) -> AsyncIterator[tuple[_Choice, TokenChunk]]:
+    """The engine's chunks with their choice, for choices still open. The caller sets
+    ``choice.finish``; a choice that ended at a repeated call ignores the rest, and generation
+    stops (the engine request aborted) once every choice has ended."""
+    async with contextlib.aclosing(_engine_chunks(state, p)) as chunks:
+        async for c in chunks:
+            timer.on_chunk(c)
+            ch = choices[c.index]
+            ch.tokens += c.num_tokens
+            if ch.finish:  # the turn ended at a repeated call: the rest is ignored
+                continue
+            yield ch, c
+            if all(x.finish for x in choices):
+                break
+    if any(x.stream.repeat for x in choices):
+        await abort_shielded(state, [p.id])  # stop generating what nobody will read
+
+
 async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, Any], dict[str, str]]:
     """Non-streamed completion. Returns the body and extra response headers."""
     choices = [_Choice(state, p, i, streaming=False) for i in range(p.request.n)]
@@ -249,20 +268,11 @@ async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, 
     prompt_tokens = len(p.prompt_ids)
     for_abort = True
     try:
-        async with contextlib.aclosing(_engine_chunks(state, p)) as chunks:
-            async for c in chunks:
-                timer.on_chunk(c)
-                ch = choices[c.index]
-                ch.tokens += c.num_tokens
-                if ch.finish:  # the turn ended at a repeated call: the rest is ignored
-                    continue
+        async with contextlib.aclosing(_open_choices(state, p, choices, timer)) as live:
+            async for ch, c in live:
                 ch.stream.feed(c.text)
                 ch.logprobs.extend(c.logprobs)
                 ch.finish = c.finish_reason or ("stop" if ch.stream.repeat else None)
-                if all(x.finish for x in choices):
-                    break
-        if any(x.stream.repeat for x in choices):
-            await abort_shielded(state, [p.id])  # stop generating what nobody will read
         for_abort = False
     finally:
         timer.close()
@@ -365,13 +375,8 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
         return [{"role": "assistant", "content": ""}] + ([body] if body is not None else [])
 
     try:
-        async with contextlib.aclosing(_engine_chunks(state, p)) as chunks:
-            async for c in chunks:
-                timer.on_chunk(c)
-                ch = choices[c.index]
-                ch.tokens += c.num_tokens
-                if ch.finish:  # the turn ended at a repeated call: the rest is ignored
-                    continue
+        async with contextlib.aclosing(_open_choices(state, p, choices, timer)) as live:
+            async for ch, c in live:
                 bodies = _delta_bodies(ch.stream.feed(c.text), state, legacy=ch.legacy)
                 ended = c.finish_reason or ("stop" if ch.stream.repeat else None)
                 if ended:
@@ -393,10 +398,6 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                     if outcome is not None:  # a stream has no headers left: the finish chunk says it
                         last[SCHEMA_VALIDATED] = outcome
                     yield frame([last])
-                if all(x.finish for x in choices):
-                    break
-        if any(x.stream.repeat for x in choices):
-            await abort_shielded(state, [p.id])  # stop generating what nobody will read
         for ch in choices:  # every choice is opened, even one the engine said nothing for
             for body in opening(ch.index, None):
                 yield frame([{"index": ch.index, "delta": body, "logprobs": None, "finish_reason": None}])
