@@ -202,6 +202,7 @@ class MessageStream:
         self._streaming = streaming
         self._guard = guard_repeats and tool_parser is not None
         self._repeat: str | None = None  # set once a duplicate call ended the turn
+        self._parsed_args: dict[str, object] = {}  # arguments text -> JSON value (parsed once, not per token)
         self._scan_cache = ScanCache()  # makes re-parsing the growing text cheap
 
     @property
@@ -338,7 +339,9 @@ class MessageStream:
             earlier = [args for name, args in seen if name == call.name]
             if not call.complete:
                 return calls[:i] if earlier else calls
-            args = _arguments_value(call.arguments)
+            args = self._parsed_args.get(call.arguments)
+            if args is None:
+                args = self._parsed_args[call.arguments] = _arguments_value(call.arguments)
             if any(args == other for other in earlier):
                 if self._repeat is None:
                     self._repeat = (f"tool call {i} repeats an earlier call to {call.name!r} with the same "
