@@ -31,7 +31,7 @@ def test_sigterm_drains_in_flight_stream_then_exits_zero():
         def stream():
             with httpx.Client(base_url=srv.base, timeout=120) as c:
                 with c.stream("POST", "/v1/chat/completions", json={
-                        "messages": HI, "max_tokens": 150, "ignore_eos": True, "stream": True}) as r:
+                        "messages": HI, "max_tokens": 900, "ignore_eos": True, "stream": True}) as r:
                     for line in r.iter_lines():
                         if line:
                             received.append(line)
@@ -42,9 +42,15 @@ def test_sigterm_drains_in_flight_stream_then_exits_zero():
         while len(received) < 3:
             time.sleep(0.05)
         srv.proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        # The signal lands asynchronously; the server then reports draining (900 tokens take
+        # many seconds, so the stream is still running and the listener still open).
+        deadline = time.monotonic() + 10
         health = httpx.get(srv.base + "/health", timeout=5)
+        while health.status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            health = httpx.get(srv.base + "/health", timeout=5)
         assert health.status_code == 503  # not ready while draining
+        assert not done.is_set(), "the stream ended before the drain could be observed"
         refused = httpx.post(srv.base + "/v1/chat/completions", json={"messages": HI, "max_tokens": 3}, timeout=5)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "unavailable"
         assert done.wait(120), "the in-flight stream was not allowed to finish"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +12,7 @@ from jsonschema import Draft202012Validator
 
 from tests.server_process import API_KEY
 
-__all__ = ["StreamResult", "mixed_bodies", "run_stream", "run_many", "PERSON", "WEATHER_TOOL"]
+__all__ = ["StreamResult", "mixed_bodies", "run_stream", "run_many", "generating", "PERSON", "WEATHER_TOOL"]
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
           "required": ["name", "age"], "additionalProperties": False}
@@ -70,7 +71,9 @@ def mixed_bodies(n: int, *, model: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def run_stream(base: str, kind: str, body: dict[str, Any], *, timeout: float = 1800) -> StreamResult:
+def run_stream(base: str, kind: str, body: dict[str, Any], *, timeout: float = 1800,
+               started: threading.Event | None = None) -> StreamResult:
+    """One streamed request, read to its end; ``started`` is set once some content has arrived."""
     with httpx.Client(base_url=base, timeout=timeout, headers={"Authorization": f"Bearer {API_KEY}"}) as c:
         with c.stream("POST", "/v1/chat/completions", json=body) as r:
             res = StreamResult(kind, r.status_code)
@@ -92,12 +95,25 @@ def run_stream(base: str, kind: str, body: dict[str, Any], *, timeout: float = 1
                 for ch in event.get("choices") or []:
                     delta = ch.get("delta") or {}
                     res.content += delta.get("content") or ""
+                    if started is not None and res.content:
+                        started.set()
                     for tc in delta.get("tool_calls") or []:
                         entry = res.calls.setdefault(tc["index"], {"name": "", "arguments": ""})
                         entry["name"] += (tc.get("function") or {}).get("name") or ""
                         entry["arguments"] += (tc.get("function") or {}).get("arguments") or ""
                     res.finish = ch.get("finish_reason") or res.finish
             return res
+
+
+def generating(base: str) -> tuple[float, float]:
+    """(running, waiting) from the server's gauges: requests in flight, and those with no token yet."""
+    text = httpx.get(base + "/metrics", timeout=10, headers={"Authorization": f"Bearer {API_KEY}"}).text
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("gramserve_requests_running", "gramserve_requests_waiting"):
+            values[name] = float(value)
+    return values.get("gramserve_requests_running", 0.0), values.get("gramserve_requests_waiting", 0.0)
 
 
 def run_many(base: str, bodies: list[tuple[str, dict[str, Any]]], *, workers: int) -> list[StreamResult]:

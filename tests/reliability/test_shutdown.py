@@ -16,7 +16,7 @@ import pytest
 from tests.server_process import API_KEY, ServerProcess
 
 from ._probe import assert_envelope
-from ._streams import StreamResult, mixed_bodies, run_many, run_stream
+from ._streams import StreamResult, generating, mixed_bodies, run_many, run_stream
 
 pytestmark = pytest.mark.reliability
 
@@ -40,17 +40,24 @@ def test_capped_load_then_sigterm_cuts_with_errors_and_exit_4() -> None:
         streams: list[StreamResult] = []
         non_streamed: list[httpx.Response] = []
 
-        def stream() -> None:
-            streams.append(run_stream(srv.base, "plain", long, timeout=120))
+        started = [threading.Event() for _ in range(4)]
+
+        def stream(i: int) -> None:
+            streams.append(run_stream(srv.base, "plain", long, timeout=120, started=started[i]))
 
         def plain() -> None:
             with httpx.Client(base_url=srv.base, timeout=120, headers={"Authorization": f"Bearer {API_KEY}"}) as c:
                 non_streamed.append(c.post("/v1/chat/completions", json={**long, "stream": False}))
 
-        threads = [threading.Thread(target=stream) for _ in range(4)] + [threading.Thread(target=plain)]
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)] + [threading.Thread(target=plain)]
         for t in threads:
             t.start()
-        time.sleep(3)  # all five are generating (1500 tokens each take far longer than this)
+        # SIGTERM only once all five are generating: the streams have text, and no request waits
+        # for its first token (1500 tokens each take far longer than the 3 s drain limit).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (all(e.is_set() for e in started) and generating(srv.base) == (5, 0)):
+            time.sleep(0.1)
+        assert all(e.is_set() for e in started) and generating(srv.base) == (5, 0), "the five requests never all ran"
         srv.proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(120)
