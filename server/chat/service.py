@@ -23,9 +23,10 @@ from server.chat.sse import DONE, chunk, sse_event
 from server.state import ServerState, check_model
 from server.chat.stream_guard import abort_shielded, guarded_stream
 from server.structured.from_request import build_constraint
-from server.chat.message_stream import MessageStream
+from server.chat.message_stream import MessageDelta, MessageStream
 
-__all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED"]
+__all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED",
+           "ChoiceUpdate", "choice_updates", "new_choices", "usage_of"]
 
 # Per choice, when the output was validated against a json_schema after generation:
 # valid | invalid | skipped_length (non-streamed: also the x-gramserve-schema-validated header).
@@ -263,9 +264,8 @@ async def _open_choices(state: ServerState, p: PreparedChat, choices: list[_Choi
 
 async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, Any], dict[str, str]]:
     """Non-streamed completion. Returns the body and extra response headers."""
-    choices = [_Choice(state, p, i, streaming=False) for i in range(p.request.n)]
+    choices = new_choices(state, p, streaming=False)
     timer = GenerationTimer()
-    prompt_tokens = len(p.prompt_ids)
     for_abort = True
     try:
         async with contextlib.aclosing(_open_choices(state, p, choices, timer)) as live:
@@ -297,13 +297,9 @@ async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, 
         out_choices.append(out)
     if outcomes:  # one outcome per choice, in index order
         headers["x-gramserve-schema-validated"] = ",".join(outcomes)
-    completion_tokens = sum(ch.tokens for ch in choices)
-    timer.record(prompt_tokens, completion_tokens)
-    reasoning_tokens = _reasoning_tokens(state, choices)
     body = {
         "id": p.id, "object": "chat.completion", "created": p.created, "model": state.engine.model_name,
-        "system_fingerprint": None, "choices": out_choices,
-        "usage": usage_dict(prompt_tokens, completion_tokens, reasoning_tokens),
+        "system_fingerprint": None, "choices": out_choices, "usage": usage_of(state, p, choices, timer),
     }
     return body, headers
 
@@ -346,6 +342,49 @@ def _delta_bodies(delta: Any, state: ServerState, *, legacy: bool = False) -> li
     return bodies
 
 
+@dataclass
+class ChoiceUpdate:
+    """What one engine chunk did to one choice of a streamed answer: the deltas to send, and
+    on the choice's last update its finish reason, final message and JSON validation outcome."""
+
+    choice: _Choice
+    deltas: list[MessageDelta]
+    logprobs: list[Any]
+    finish_reason: str | None = None
+    final: Any = None
+    schema_validated: str | None = None
+
+
+def new_choices(state: ServerState, p: PreparedChat, *, streaming: bool) -> list[_Choice]:
+    return [_Choice(state, p, i, streaming=streaming) for i in range(p.request.n)]
+
+
+async def choice_updates(state: ServerState, p: PreparedChat, choices: list[_Choice],
+                         timer: GenerationTimer) -> AsyncIterator[ChoiceUpdate]:
+    """The streamed answer as per-choice updates: one loop shared by every streamed API
+    (chat chunks, Responses events), each framing the updates its own way."""
+    checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
+    async with contextlib.aclosing(_open_choices(state, p, choices, timer)) as live:
+        async for ch, c in live:
+            deltas = [d for d in (ch.stream.feed(c.text),) if d is not None]
+            ended = c.finish_reason or ("stop" if ch.stream.repeat else None)
+            if not ended:
+                yield ChoiceUpdate(ch, deltas, list(c.logprobs))
+                continue
+            ch.finish = ended
+            deltas += [d for d in (ch.stream.finish(),) if d is not None]
+            final, outcome = _check_choice(p, ch, checker)
+            yield ChoiceUpdate(ch, deltas, list(c.logprobs), finish_reason=ch.finish_reason(final), final=final,
+                               schema_validated=outcome)
+
+
+def usage_of(state: ServerState, p: PreparedChat, choices: list[_Choice], timer: GenerationTimer) -> dict[str, Any]:
+    """The answer's usage, recorded in the token counters (call once, at the end)."""
+    completion_tokens = sum(ch.tokens for ch in choices)
+    timer.record(len(p.prompt_ids), completion_tokens)
+    return usage_dict(len(p.prompt_ids), completion_tokens, _reasoning_tokens(state, choices))
+
+
 def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[bytes]:
     """SSE stream, framed like OpenAI's: role first, one id, finish chunk, usage, [DONE]."""
     return guarded_stream(_chat_events(state, p), state=state, request_ids=[p.id])
@@ -354,8 +393,7 @@ def chat_stream(state: ServerState, p: PreparedChat) -> AsyncIterator[bytes]:
 async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[bytes]:
     req = p.request
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    choices = [_Choice(state, p, i, streaming=True) for i in range(req.n)]
-    checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
+    choices = new_choices(state, p, streaming=True)
     model = state.engine.model_name
     timer = GenerationTimer()
 
@@ -375,36 +413,29 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
         return [{"role": "assistant", "content": ""}] + ([body] if body is not None else [])
 
     try:
-        async with contextlib.aclosing(_open_choices(state, p, choices, timer)) as live:
-            async for ch, c in live:
-                bodies = _delta_bodies(ch.stream.feed(c.text), state, legacy=ch.legacy)
-                ended = c.finish_reason or ("stop" if ch.stream.repeat else None)
-                if ended:
-                    ch.finish = ended
-                    bodies += _delta_bodies(ch.stream.finish(), state, legacy=ch.legacy)
-                if req.logprobs and c.logprobs and not bodies:
+        async with contextlib.aclosing(choice_updates(state, p, choices, timer)) as updates:
+            async for u in updates:
+                ch = u.choice
+                bodies = [b for d in u.deltas for b in _delta_bodies(d, state, legacy=ch.legacy)]
+                if req.logprobs and u.logprobs and not bodies:
                     bodies = [{}]
                 bodies = [out for body in bodies for out in opening(ch.index, body)]
-                if ended and ch.index not in opened:
+                if u.finish_reason and ch.index not in opened:
                     bodies = opening(ch.index, None)
                 lp_at = 1 if len(bodies) > 1 and bodies[0] == {"role": "assistant", "content": ""} else 0
                 for k, body in enumerate(bodies):
-                    lp = _logprobs_json(list(c.logprobs)) if (req.logprobs and k == lp_at) else None
+                    lp = _logprobs_json(u.logprobs) if (req.logprobs and k == lp_at) else None
                     yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
-                if ended:
-                    final, outcome = _check_choice(p, ch, checker)
-                    last = {"index": ch.index, "delta": {}, "logprobs": None,
-                            "finish_reason": ch.finish_reason(final)}
-                    if outcome is not None:  # a stream has no headers left: the finish chunk says it
-                        last[SCHEMA_VALIDATED] = outcome
+                if u.finish_reason:
+                    last = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": u.finish_reason}
+                    if u.schema_validated is not None:  # a stream has no headers left: the finish chunk says it
+                        last[SCHEMA_VALIDATED] = u.schema_validated
                     yield frame([last])
         for ch in choices:  # every choice is opened, even one the engine said nothing for
             for body in opening(ch.index, None):
                 yield frame([{"index": ch.index, "delta": body, "logprobs": None, "finish_reason": None}])
-        completion_tokens = sum(ch.tokens for ch in choices)
-        timer.record(len(p.prompt_ids), completion_tokens)
+        usage = usage_of(state, p, choices, timer)
         if include_usage:
-            usage = usage_dict(len(p.prompt_ids), completion_tokens, _reasoning_tokens(state, choices))
             yield sse_event(chunk(id=p.id, created=p.created, model=model, choices=[], usage=usage))
         yield DONE
     finally:
