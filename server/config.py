@@ -83,6 +83,11 @@ class Settings:
     grammar_cache_size: int = option(512, "compile outcomes remembered (entries)", type=int)
     grammar_cache_mb: int = option(256, "memory bound of the compiled-grammar cache (MiB), in the API process "
                                         "and in the engine each", type=int)
+    responses_store_size: int = option(1000, "responses kept for previous_response_id and GET /v1/responses/{id} "
+                                             "(in memory, per process; 0 stores none)", type=int)
+    responses_store_ttl: float = option(3600.0, "seconds a stored response is kept", type=float)
+    playground: bool = option(True, "do not serve the browser playground at / (then / answers 404)",
+                              flag="--no-playground", action="store_false")
     cors_origins: tuple[str, ...] = option((), "allowed CORS origin; repeat for several", flag="--cors-origin",
                                            action="append")
     log_prompts: bool = option(False, "include prompts in logs (off by default)", action="store_true")

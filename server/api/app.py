@@ -6,7 +6,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from server.errors import install_error_handlers
 from server.api.middleware import GatewayMiddleware
-from server.api.routes import chat, completions, health, metrics, models, schemas
+from server.api.routes import chat, completions, health, metrics, models, playground, responses, schemas
 from server.api.routes._body import openapi_with_body_schemas
 from server.state import ServerState
 
@@ -17,7 +17,8 @@ def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="gramserve", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.gs = state
     install_error_handlers(app)
-    for module in (chat, completions, models, health, metrics, schemas):
+    app.state.responses_store = responses.new_store(state.settings)
+    for module in (chat, completions, responses, models, health, metrics, schemas, playground):
         app.include_router(module.router)
     if state.settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.cors_origins),

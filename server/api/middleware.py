@@ -15,6 +15,7 @@ from typing import Any, Awaitable, Callable
 
 from server import metrics
 from server.errors import error_body, internal_error
+from server.api.routes.playground import PAGE_PATHS
 from server.state import ServerState
 
 __all__ = ["GatewayMiddleware"]
@@ -25,9 +26,9 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
-_GENERATION = ("/v1/chat/completions", "/v1/completions")
+_GENERATION = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 _KNOWN = _GENERATION + ("/v1/models", "/health", "/metrics", "/v1/schemas/check")
-_OPEN = ("/health",)
+_OPEN = ("/health",) + PAGE_PATHS  # the playground page is public; its API calls carry the key
 
 
 _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
@@ -43,6 +44,8 @@ def _endpoint(path: str) -> str:
         return path
     if path.startswith("/v1/models/"):
         return "/v1/models/{model}"
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}"
     return "other"  # bounded label set
 
 
