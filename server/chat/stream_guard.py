@@ -26,8 +26,13 @@ T = TypeVar("T")
 log = logging.getLogger("gramserve.stream")
 
 
-async def guarded_stream(events: AsyncIterator[bytes], *, state: ServerState,
-                         request_ids: Iterable[str]) -> AsyncIterator[bytes]:
+def _chat_error(exc: APIError) -> list[bytes]:
+    return [sse_event(exc.body()), DONE]
+
+
+async def guarded_stream(events: AsyncIterator[bytes], *, state: ServerState, request_ids: Iterable[str],
+                         on_error: Callable[[APIError], list[bytes]] = _chat_error) -> AsyncIterator[bytes]:
+    """``events``, ended by ``on_error``'s events (chat: an error event and ``[DONE]``) when it fails."""
     clean = errored = False
     try:
         async with contextlib.aclosing(events):  # type: ignore[type-var]
@@ -36,13 +41,13 @@ async def guarded_stream(events: AsyncIterator[bytes], *, state: ServerState,
         clean = True
     except APIError as exc:
         errored = True
-        yield sse_event(exc.body())
-        yield DONE
+        for event in on_error(exc):
+            yield event
     except Exception as exc:
         errored = True
         log.exception("stream failed")
-        yield sse_event(internal_error(exc).body())
-        yield DONE
+        for event in on_error(internal_error(exc)):
+            yield event
     finally:
         if not clean:
             if not errored:

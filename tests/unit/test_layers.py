@@ -1,4 +1,4 @@
-"""server/ is layered: imports only run down (api -> chat -> structured -> engine; base modules
+"""server/ is layered: imports only run down (api -> responses -> chat -> structured -> engine; base modules
 below the feature packages, the engine adapter at the bottom)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 SERVER = Path(__file__).resolve().parents[2] / "server"
 TOP = {"server.runner", "server.__main__"}  # the process: builds everything
-RANKS = {"server.api": 4, "server.chat": 3, "server.structured": 2, "server.engine": 0}
+RANKS = {"server.api": 5, "server.responses": 4, "server.chat": 3, "server.structured": 2, "server.engine": 0}
 BASE = 1  # config, errors, logs, metrics, protocol, state, default_model
 
 
@@ -20,7 +20,7 @@ def _module(path: Path) -> str:
 
 def _rank(module: str) -> int:
     if module in TOP:
-        return 5
+        return 6
     for prefix, rank in RANKS.items():
         if module == prefix or module.startswith(prefix + "."):
             return rank

@@ -1,0 +1,293 @@
+"""Responses: the chat plan's answer as Response output items, JSON or a stream of events.
+
+The request is translated to chat (:mod:`.translate`) and prepared by
+:func:`server.chat.service.prepare_chat`, so the prompt, the grammar and the parsers are the
+ones chat uses; only the framing differs. Streams follow OpenAI's event sequence:
+``response.created``, ``response.in_progress``, per item ``output_item.added`` ... ``done``
+(with ``content_part``, ``output_text``, ``reasoning_text`` and ``function_call_arguments``
+events inside), then ``response.completed`` (or ``response.incomplete`` when
+``max_output_tokens`` ran out), every event with its ``sequence_number``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from server.chat.generation import GenerationTimer
+from server.chat.service import PreparedChat, choice_updates, new_choices, prepare_chat, usage_of
+from server.chat.stream_guard import abort_shielded, guarded_stream
+from server.errors import APIError, internal_error
+from server.responses.protocol import ResponsesRequest
+from server.responses.store import ResponseStore, StoredResponse
+from server.responses.translate import ChatPlan, input_items, output_messages, rename_error, to_chat
+from server.state import ServerState
+
+__all__ = ["PreparedResponse", "prepare_response", "response_body", "response_stream"]
+
+log = logging.getLogger("gramserve.responses")
+
+
+@dataclass
+class PreparedResponse:
+    request: ResponsesRequest
+    plan: ChatPlan
+    chat: PreparedChat
+    id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+
+def prepare_response(state: ServerState, store: ResponseStore, req: ResponsesRequest) -> PreparedResponse:
+    """Translate, then prepare exactly as chat does; errors name Responses parameters."""
+    history: tuple[dict[str, Any], ...] = ()
+    if req.previous_response_id:
+        history = store.get(req.previous_response_id, param="previous_response_id").conversation
+    plan = to_chat(req, history=history)
+    try:
+        chat = prepare_chat(state, plan.chat)
+    except APIError as exc:
+        raise rename_error(exc, plan.sources) from exc
+    return PreparedResponse(request=req, plan=plan, chat=chat)
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def _text_format(req: ResponsesRequest) -> dict[str, Any]:
+    return (req.text or {}).get("format") or {"type": "text"}
+
+
+def _usage(chat_usage: dict[str, Any]) -> dict[str, Any]:
+    details = chat_usage.get("completion_tokens_details") or {}
+    return {
+        "input_tokens": chat_usage["prompt_tokens"],
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": chat_usage["completion_tokens"],
+        "output_tokens_details": {"reasoning_tokens": details.get("reasoning_tokens") or 0},
+        "total_tokens": chat_usage["total_tokens"],
+    }
+
+
+def _response(state: ServerState, pr: PreparedResponse, *, status: str, output: list[dict[str, Any]],
+              usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    req = pr.request
+    return {
+        "id": pr.id, "object": "response", "created_at": pr.created_at, "status": status, "background": False,
+        "error": error,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": req.instructions, "max_output_tokens": req.max_output_tokens, "max_tool_calls": None,
+        "model": state.engine.model_name, "output": output, "parallel_tool_calls": req.parallel_tool_calls,
+        "previous_response_id": req.previous_response_id,
+        "reasoning": {"effort": (req.reasoning or {}).get("effort"), "summary": None},
+        "service_tier": "default", "store": req.store,
+        "temperature": 1.0 if req.temperature is None else req.temperature,
+        "text": {"format": _text_format(req), "verbosity": "medium"},
+        "tool_choice": req.tool_choice or "auto", "tools": req.tools or [],
+        "top_logprobs": 0, "top_p": 1.0 if req.top_p is None else req.top_p, "truncation": "disabled",
+        "usage": usage, "user": None, "metadata": req.metadata or {},
+    }
+
+
+def _reasoning_item(item_id: str, text: str, *, status: str) -> dict[str, Any]:
+    content = [{"type": "reasoning_text", "text": text}] if status == "completed" else []
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "encrypted_content": None,
+            "status": status}
+
+
+def _message_item(item_id: str, text: str | None, *, status: str) -> dict[str, Any]:
+    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
+
+
+def _call_item(item_id: str, call_id: str, name: str, arguments: str, *, status: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments,
+            "status": status}
+
+
+def _output(final: Any, *, item_status: str) -> list[dict[str, Any]]:
+    """Output items for a finished message: reasoning, text, then one item per tool call."""
+    out = []
+    if final.reasoning:
+        out.append(_reasoning_item(_new_id("rs"), final.reasoning, status="completed"))
+    if final.content or not final.tool_calls:
+        out.append(_message_item(_new_id("msg"), final.content or "", status=item_status))
+    for c in final.tool_calls:
+        out.append(_call_item(_new_id("fc"), c.id, c.name, c.arguments, status="completed"))
+    return out
+
+
+def _store(store: ResponseStore, pr: PreparedResponse, body: dict[str, Any]) -> None:
+    if pr.request.store and body["status"] in ("completed", "incomplete"):
+        conversation = pr.plan.conversation + tuple(output_messages(body["output"]))
+        store.put(StoredResponse(body=body, conversation=conversation,
+                                 input_items=tuple(input_items(pr.request.input))))
+
+
+async def response_body(state: ServerState, store: ResponseStore, pr: PreparedResponse) -> tuple[dict[str, Any], dict[str, str]]:
+    """The non-streamed Response object, and extra headers."""
+    choices = new_choices(state, pr.chat, streaming=False)
+    timer = GenerationTimer()
+    last = None
+    finished = False
+    try:
+        async with contextlib.aclosing(choice_updates(state, pr.chat, choices, timer)) as updates:
+            async for u in updates:
+                if u.finish_reason:
+                    last = u
+        finished = True
+    finally:
+        timer.close()
+        if not finished:
+            await abort_shielded(state, [pr.chat.id])
+    usage = _usage(usage_of(state, pr.chat, choices, timer))
+    if last is None:  # the engine ended without a final chunk: nothing was generated
+        raise internal_error()
+    status = "incomplete" if last.finish_reason == "length" else "completed"
+    body = _response(state, pr, status=status, output=_output(last.final, item_status=status), usage=usage)
+    _store(store, pr, body)
+    headers = {"x-gramserve-schema-validated": last.schema_validated} if last.schema_validated else {}
+    return body, headers
+
+
+def _event(kind: str, seq: int, **fields: Any) -> bytes:
+    payload = {"type": kind, "sequence_number": seq, **fields}
+    data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {kind}\ndata: {data}\n\n".encode()
+
+
+class _Events:
+    """Per-stream framing state: the open output item, its text so far, the sequence number."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.output: list[dict[str, Any]] = []  # finished items, in output order
+        self.open: dict[str, Any] | None = None  # the item being streamed
+        self.text = ""  # its text or arguments so far
+
+    def emit(self, kind: str, **fields: Any) -> bytes:
+        out = _event(kind, self.seq, **fields)
+        self.seq += 1
+        return out
+
+    def _index(self) -> int:
+        return len(self.output)
+
+    def _start(self, item: dict[str, Any]) -> list[bytes]:
+        self.open, self.text = item, ""
+        out = [self.emit("response.output_item.added", output_index=self._index(), item=item)]
+        if item["type"] in ("message", "reasoning"):
+            part = ({"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                    if item["type"] == "message" else {"type": "reasoning_text", "text": ""})
+            out.append(self.emit("response.content_part.added", item_id=item["id"], output_index=self._index(),
+                                 content_index=0, part=part))
+        return out
+
+    def close(self, *, status: str = "completed") -> list[bytes]:
+        """End the open item (if any): its done events, and the item in the output."""
+        item, text, i = self.open, self.text, self._index()
+        if item is None:
+            return []
+        self.open = None
+        kind, item_id = item["type"], item["id"]
+        if kind == "message":
+            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            done = _message_item(item_id, text, status=status)
+            out = [self.emit("response.output_text.done", item_id=item_id, output_index=i, content_index=0,
+                             text=text, logprobs=[]),
+                   self.emit("response.content_part.done", item_id=item_id, output_index=i, content_index=0,
+                             part=part)]
+        elif kind == "reasoning":
+            done = _reasoning_item(item_id, text, status="completed")
+            out = [self.emit("response.reasoning_text.done", item_id=item_id, output_index=i, content_index=0,
+                             text=text),
+                   self.emit("response.content_part.done", item_id=item_id, output_index=i, content_index=0,
+                             part={"type": "reasoning_text", "text": text})]
+        else:
+            done = _call_item(item_id, item["call_id"], item["name"], text, status="completed")
+            out = [self.emit("response.function_call_arguments.done", item_id=item_id, output_index=i,
+                             name=item["name"], arguments=text)]
+        out.append(self.emit("response.output_item.done", output_index=i, item=done))
+        self.output.append(done)
+        return out
+
+    def reasoning(self, text: str) -> list[bytes]:
+        out = [] if self.open and self.open["type"] == "reasoning" else [
+            *self.close(), *self._start(_reasoning_item(_new_id("rs"), "", status="in_progress"))]
+        self.text += text
+        return out + [self.emit("response.reasoning_text.delta", item_id=self.open["id"], output_index=self._index(),
+                                content_index=0, delta=text)]
+
+    def content(self, text: str) -> list[bytes]:
+        out = [] if self.open and self.open["type"] == "message" else [
+            *self.close(), *self._start(_message_item(_new_id("msg"), None, status="in_progress"))]
+        self.text += text
+        if text:
+            out.append(self.emit("response.output_text.delta", item_id=self.open["id"], output_index=self._index(),
+                                 content_index=0, delta=text, logprobs=[]))
+        return out
+
+    def call(self, call: Any) -> list[bytes]:
+        out: list[bytes] = []
+        if call.name is not None:  # a new call: its header
+            out += self.close()
+            out += self._start(_call_item(_new_id("fc"), call.id, call.name, "", status="in_progress"))
+        if call.arguments:
+            self.text += call.arguments
+            out.append(self.emit("response.function_call_arguments.delta", item_id=self.open["id"],
+                                 output_index=self._index(), delta=call.arguments))
+        return out
+
+
+def response_stream(state: ServerState, store: ResponseStore, pr: PreparedResponse) -> AsyncIterator[bytes]:
+    """The Responses event stream; a failure after the start ends it with ``error`` and ``response.failed``."""
+    ev = _Events()
+
+    def failed(exc: APIError) -> list[bytes]:
+        ev.close(status="incomplete")
+        err = exc.body()["error"]
+        return [ev.emit("error", code=err["code"], message=err["message"], param=err["param"]),
+                ev.emit("response.failed", response=_response(
+                    state, pr, status="failed", output=ev.output,
+                    error={"code": err["code"] or "server_error", "message": err["message"]}))]
+
+    return guarded_stream(_events(state, store, pr, ev), state=state, request_ids=[pr.chat.id], on_error=failed)
+
+
+async def _events(state: ServerState, store: ResponseStore, pr: PreparedResponse, ev: _Events) -> AsyncIterator[bytes]:
+    yield ev.emit("response.created", response=_response(state, pr, status="in_progress", output=[]))
+    yield ev.emit("response.in_progress", response=_response(state, pr, status="in_progress", output=[]))
+    choices = new_choices(state, pr.chat, streaming=True)
+    timer = GenerationTimer()
+    finish = "stop"
+    try:
+        async with contextlib.aclosing(choice_updates(state, pr.chat, choices, timer)) as updates:
+            async for u in updates:
+                for d in u.deltas:
+                    out: list[bytes] = []
+                    if d.reasoning:
+                        out += ev.reasoning(d.reasoning)
+                    if d.content:
+                        out += ev.content(d.content)
+                    for call in d.tool_calls:
+                        out += ev.call(call)
+                    for e in out:
+                        yield e
+                if u.finish_reason:
+                    finish = u.finish_reason
+                    if not ev.output and ev.open is None:  # an empty answer is an empty message
+                        for e in ev.content(""):
+                            yield e
+        status = "incomplete" if finish == "length" else "completed"
+        for e in ev.close(status=status):
+            yield e
+        usage = _usage(usage_of(state, pr.chat, choices, timer))
+    finally:
+        timer.close()
+    body = _response(state, pr, status=status, output=ev.output, usage=usage)
+    _store(store, pr, body)
+    yield ev.emit(f"response.{status}", response=body)

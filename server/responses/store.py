@@ -1,0 +1,69 @@
+"""Stored responses (``store: true``): bounded in memory, with a time to live.
+
+``previous_response_id`` continues a stored response's conversation, and
+``GET``/``DELETE /v1/responses/{id}`` read and remove one. The store is per process: behind
+several replicas a continuation must reach the replica that answered (sticky sessions), or
+the client resends the conversation as ``input`` items. Entries past the size bound (least
+recently used first) or the TTL are gone, and their ids answer 404.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from server.errors import APIError
+
+__all__ = ["StoredResponse", "ResponseStore"]
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    body: dict[str, Any]  # the Response object as it was returned
+    conversation: tuple[dict[str, Any], ...]  # chat messages up to and including this answer
+    input_items: tuple[dict[str, Any], ...]  # the request's input items, for GET .../input_items
+
+
+class ResponseStore:
+    """Least-recently-used map of response id -> :class:`StoredResponse`, each kept ``ttl_s``."""
+
+    def __init__(self, *, max_entries: int, ttl_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries = max_entries
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._items: OrderedDict[str, tuple[float, StoredResponse]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, entry: StoredResponse) -> None:
+        if self.max_entries <= 0:
+            return
+        with self._lock:
+            self._items[entry.body["id"]] = (self._clock() + self.ttl_s, entry)
+            self._items.move_to_end(entry.body["id"])
+            while len(self._items) > self.max_entries:
+                self._items.popitem(last=False)
+
+    def get(self, response_id: str, *, param: str | None = None) -> StoredResponse:
+        """The stored response; 404 in the error envelope when unknown, expired or evicted."""
+        with self._lock:
+            found = self._items.get(response_id)
+            if found is not None and found[0] < self._clock():
+                del self._items[response_id]
+                found = None
+            if found is not None:
+                self._items.move_to_end(response_id)
+        if found is None:
+            raise APIError(f"No response with id '{response_id}' is stored here (it was never stored, has expired "
+                           f"after {self.ttl_s:g} s, or was evicted by newer ones). Send the conversation as "
+                           "'input' items instead.", status=404, param=param, code="not_found")
+        return found[1]
+
+    def delete(self, response_id: str) -> None:
+        self.get(response_id)
+        with self._lock:
+            self._items.pop(response_id, None)

@@ -1,0 +1,78 @@
+"""server/responses/translate.py: Responses requests as chat requests, errors renamed back."""
+from __future__ import annotations
+
+import pytest
+
+from server.errors import APIError, bad_request
+from server.responses.protocol import ResponsesRequest
+from server.responses.translate import output_messages, rename_error, to_chat
+
+
+def plan(**body):
+    return to_chat(ResponsesRequest.model_validate(body))
+
+
+def test_items_become_messages_with_parallel_calls_in_one_turn():
+    p = plan(instructions="Be brief.", input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "Weather in "}, {"type": "input_text", "text": "Paris?"}]},
+        {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{\"city\": \"Paris\"}"},
+        {"type": "function_call", "call_id": "c2", "name": "w", "arguments": "{\"city\": \"Lyon\"}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "rain"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+    ])
+    msgs = [m.model_dump(exclude_none=True) for m in p.chat.messages]
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "tool"]
+    assert msgs[1]["content"] == "Weather in Paris?"
+    assert [c["id"] for c in msgs[2]["tool_calls"]] == ["c1", "c2"]
+    assert msgs[4] == {"role": "tool", "tool_call_id": "c2", "content": "rain"}
+    assert p.sources == ("instructions", "input[0]", "input[1]", "input[3]", "input[4]")
+    assert p.conversation[0]["role"] == "user"  # the instructions are not carried over
+
+
+def test_tools_formats_and_budget_map_onto_chat():
+    p = plan(input="Hi", tools=[{"type": "function", "name": "w", "parameters": {"type": "object"}, "strict": True}],
+             tool_choice={"type": "function", "name": "w"}, max_output_tokens=7, reasoning={"effort": "minimal"},
+             text={"format": {"type": "json_schema", "name": "p", "strict": True, "schema": {"type": "object"}}})
+    c = p.chat
+    assert c.tools[0].function.name == "w" and c.tools[0].function.strict is True
+    assert c.tool_choice.function.name == "w"
+    assert c.max_completion_tokens == 7 and c.reasoning_effort == "none"
+    assert c.response_format.type == "json_schema" and c.response_format.json_schema.schema_ == {"type": "object"}
+    allowed = plan(input="Hi", tools=[{"type": "function", "name": "w"}],
+                   tool_choice={"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "w"}]})
+    assert allowed.chat.tool_choice.names() == ["w"] and allowed.chat.tool_choice.allowed_tools.mode == "required"
+
+
+def test_history_continues_and_its_calls_are_known():
+    history = output_messages([{"type": "function_call", "call_id": "c9", "name": "w", "arguments": "{}"}])
+    p = to_chat(ResponsesRequest.model_validate({"input": [
+        {"type": "function_call_output", "call_id": "c9", "output": "ok"}]}),
+        history=[{"role": "user", "content": "Hi"}] + history)
+    assert [m.role for m in p.chat.messages] == ["user", "assistant", "tool"]
+    assert p.sources[:2] == ("previous_response_id", "previous_response_id")
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"input": [{"type": "nope"}]}, "input[0].type"),
+    ({"input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "w"}, {"type": "function_call_output",
+                                                                          "call_id": "other", "output": "x"}]},
+     "input[1].call_id"),
+    ({"input": "Hi", "tool_choice": {"type": "web_search"}}, "tool_choice"),
+    ({"input": "Hi", "text": {"format": {"type": "yaml"}}}, "text.format.type"),
+])
+def test_bad_items_name_their_param(body, param):
+    with pytest.raises(APIError) as exc:
+        plan(**body)
+    assert exc.value.param == param and exc.value.status == 400
+
+
+def test_rename_error_uses_responses_words():
+    sources = ("instructions", "input[2]")
+    e = rename_error(bad_request("Invalid 'max_completion_tokens' for your messages.", param="max_completion_tokens"),
+                     sources)
+    assert e.param == "max_output_tokens" and "'max_output_tokens'" in e.message and "your input" in e.message
+    assert rename_error(bad_request("x", param="messages[1].content"), sources).param == "input[2]"
+    assert rename_error(bad_request("x", param="tools[0].function.parameters"), sources).param == "tools[0].parameters"
+    assert rename_error(bad_request("x", param="response_format.json_schema.schema"), sources).param == "text.format.schema"
