@@ -54,14 +54,20 @@ def skip_ws(text: str, pos: int) -> int:
     return _WS_RE.match(text, pos).end()  # type: ignore[union-attr]
 
 
-def _scan_string(text: str, pos: int) -> int | None:
-    # text[pos] == '"'
-    body_end = _STRING_BODY.match(text, pos + 1).end()  # type: ignore[union-attr]
+def _scan_string(text: str, pos: int, resume: int | None = None) -> int | None:
+    # text[pos] == '"'; ``resume``: where an earlier scan of this string stopped (see _string_stop)
+    body_end = _STRING_BODY.match(text, resume or pos + 1).end()  # type: ignore[union-attr]
     if body_end < len(text) and text[body_end] == '"':
         return body_end + 1
     if body_end == len(text) or _PARTIAL_ESCAPE.match(text, body_end):
         return None
     raise JsonError("invalid character in JSON string", body_end)
+
+
+def _string_stop(text: str, pos: int, resume: int | None) -> int:
+    """Where scanning the cut-off string at ``pos`` may resume once the text grows: the end
+    of its valid body (a trailing partial escape is re-read)."""
+    return _STRING_BODY.match(text, resume or pos + 1).end()  # type: ignore[union-attr]
 
 
 def _scan_scalar(text: str, pos: int) -> int | None:
@@ -100,29 +106,31 @@ def scan_value(text: str, pos: int) -> int | None:
     ch = text[pos]
     if ch not in "{[":
         return _scan_scalar(text, pos)
-    cache = _ACTIVE.get()
+    cache = _cache_for(text)
     stack: list[str] = []
-    i, expect = pos, "value"
+    i, expect, in_string = pos, "value", None
     if cache is not None:
         hit = cache.get(pos)
-        if hit is not None and text.startswith(hit[0], pos):
+        if hit is not None:
             if hit[1] is None:
-                return pos + len(hit[0])
-            saved_stack, expect, i = hit[1]
+                return pos + hit[0]
+            saved_stack, expect, i, in_string = hit[1]
             stack = list(saved_stack)
-    end = _scan_container(text, pos, stack, expect, i, cache)
+    end = _scan_container(text, pos, stack, expect, i, cache, in_string)
     if cache is not None and end is not None:
-        cache[pos] = (text[pos:end], None)
+        cache[pos] = (end - pos, None)
     return end
 
 
 def _scan_container(
-    text: str, pos: int, stack: list[str], expect: str, i: int, cache: dict | None
+    text: str, pos: int, stack: list[str], expect: str, i: int, cache: dict | None, in_string: int | None = None
 ) -> int | None:
     n = len(text)
+    # in_string: the token at i is a string whose body was already read up to there
     # expect: "value", "key_or_close", "key", "colon", "comma_or_close", "value_or_close"
     while True:
         i = skip_ws(text, i)
+        skip, in_string = in_string, None  # only the first token may resume inside itself
         end: int | None = i + 1
         if i < n:
             ch = text[i]
@@ -134,13 +142,15 @@ def _scan_container(
                     expect = "key_or_close" if ch == "{" else "value_or_close"
                     i += 1
                     continue
+                elif ch == '"':
+                    end = _scan_string(text, i, skip)
                 else:
                     end = _scan_scalar(text, i)
             elif expect in ("key_or_close", "key"):
                 if expect == "key_or_close" and ch == "}":
                     stack.pop()
                 elif ch == '"':
-                    end = _scan_string(text, i)
+                    end = _scan_string(text, i, skip)
                     if end is not None:
                         i, expect = end, "colon"
                         continue
@@ -161,9 +171,10 @@ def _scan_container(
                     raise JsonError(f"expected ',' or {stack[-1]!r}", i)
                 stack.pop()
         if i >= n or end is None:
-            # The token at i is unfinished: next time resume right here.
+            # The token at i is unfinished: next time resume right here (inside it if a string).
             if cache is not None:
-                cache[pos] = (text[pos:i], (tuple(stack), expect, i))
+                resume = _string_stop(text, i, skip) if i < n and text[i] == '"' else None
+                cache[pos] = (i - pos, (tuple(stack), expect, i, resume))
             return None
         i = end  # a value just ended
         if not stack:
@@ -172,10 +183,12 @@ def _scan_container(
 
 
 class ScanCache:
-    """Per-stream memo of JSON scans, so re-parsing a growing text stays linear-ish.
+    """Per-stream memo of JSON scans, so re-parsing a growing text costs only the new part.
 
-    Results are the same with or without it: an entry is reused only when the text still
-    starts with exactly the text it was computed from. Use one per growing text::
+    Results are the same with or without it: entries are reused only while the text scanned
+    still starts with the text they were computed from (checked once per new text, or
+    asserted by the caller with ``grown=True``); otherwise they are dropped. Scans resume at
+    the unfinished token, inside a cut-off string too. Use one per growing text::
 
         cache = ScanCache()
         with cache.active():
@@ -183,18 +196,39 @@ class ScanCache:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[int, tuple[str, tuple[tuple[str, ...], str, int] | None]] = {}
+        self._entries: dict[int, tuple[int, tuple[tuple[str, ...], str, int, int | None] | None]] = {}
+        self._text: str | None = None
+        self._grown = False
 
     @contextmanager
-    def active(self) -> Iterator[None]:
-        token = _ACTIVE.set(self._entries)
+    def active(self, *, grown: bool = False) -> Iterator[None]:
+        """Use the cache for scans in this block. ``grown``: the caller guarantees the text
+        now scanned extends the text scanned last time (skips the prefix check)."""
+        self._grown = grown
+        token = _ACTIVE.set(self)
         try:
             yield
         finally:
             _ACTIVE.reset(token)
 
+    def clear(self) -> None:
+        self._entries.clear()
+        self._text = None
 
-_ACTIVE: ContextVar[dict | None] = ContextVar("gramserve_scan_cache", default=None)
+    def entries_for(self, text: str) -> dict | None:
+        if text is not self._text:
+            if self._text is not None and not (self._grown or text.startswith(self._text)):
+                self._entries.clear()
+            self._text, self._grown = text, False  # ``grown`` vouches for one new text only
+        return self._entries
+
+
+_ACTIVE: ContextVar[ScanCache | None] = ContextVar("gramserve_scan_cache", default=None)
+
+
+def _cache_for(text: str) -> dict | None:
+    cache = _ACTIVE.get()
+    return None if cache is None else cache.entries_for(text)
 
 
 @dataclass(frozen=True)
