@@ -1,0 +1,1 @@
+"""Runnable examples built on gramserve's public OpenAI-compatible API."""
