@@ -48,7 +48,7 @@ def build_database(path: Path | str, *, seed: Path = SEED_SQL) -> Path:
     path.unlink(missing_ok=True)
     conn = sqlite3.connect(path)
     try:
-        conn.executescript(seed.read_text())
+        conn.executescript("BEGIN;\n" + seed.read_text() + "\nCOMMIT;")  # one transaction: one sync
         conn.commit()
     finally:
         conn.close()
