@@ -4,6 +4,9 @@ The server starts only when a test asks for it (unit tests never do).
 """
 from __future__ import annotations
 
+import os
+from types import SimpleNamespace
+
 import httpx
 import pytest
 
@@ -12,6 +15,12 @@ from tests.server_process import API_KEY, CLIENT_TIMEOUT_S, serving
 
 @pytest.fixture(scope="session")
 def server():
+    # GRAMSERVE_TEST_SERVER=http://host:port runs e2e modules against a server already running
+    # (for quick iteration on one module; tests that read the process's memory need their own)
+    external = os.environ.get("GRAMSERVE_TEST_SERVER")
+    if external:
+        yield SimpleNamespace(base=external.rstrip("/"), proc=None)
+        return
     with serving([], log_name="main") as srv:
         yield srv
 
