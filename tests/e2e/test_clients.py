@@ -115,17 +115,19 @@ def test_openai_agents_tool_and_output_type(base: str, model: str, api: str) -> 
                   tools=[function_tool(get_weather)], output_type=City,
                   model_settings=ModelSettings(max_tokens=96, temperature=0, tool_choice="required"))
 
-    async def go() -> tuple[Any, list[Any]]:
+    plain = Agent(name="city", instructions="Answer briefly.", model=llm, output_type=City,
+                  model_settings=ModelSettings(max_tokens=96, temperature=0))
+
+    async def go() -> tuple[Any, list[Any], Any]:
+        city = (await Runner.run(plain, Q_CITY, max_turns=1)).final_output
         try:
             result = await Runner.run(agent, Q_WEATHER, max_turns=3)
         except MaxTurnsExceeded as exc:  # the tiny model may keep calling: the protocol is still checked
-            return None, _agents_responses(exc.run_data)
-        return result.final_output, _agents_responses(result)
+            return None, _agents_responses(exc.run_data), city
+        return result.final_output, _agents_responses(result), city
 
-    final, responses = asyncio.run(go())
-    plain = Agent(name="city", instructions="Answer briefly.", model=llm, output_type=City,
-                  model_settings=ModelSettings(max_tokens=96, temperature=0))
-    assert isinstance(asyncio.run(Runner.run(plain, Q_CITY, max_turns=1)).final_output, City)
+    final, responses, city = asyncio.run(go())
+    assert isinstance(city, City), "output_type alone: the answer is grammar-constrained to City"
     items = [item for r in responses for item in r.output]
     calls = [i for i in items if getattr(i, "type", None) == "function_call"]
     print(f"\n[openai-agents {api}] {len(responses)} model turns, {len(calls)} calls, final output {final!r}")
