@@ -1,0 +1,303 @@
+"""gramserve vs vLLM's own OpenAI server vs the engine called directly, in one run.
+
+All three drive the same vLLM engine with the same settings (those ``gramserve serve``
+applies on this platform: dtype, context length, eager mode, no chunked prefill, batch
+token budget, KV cache space, XGrammar without free whitespace, vLLM's generation
+defaults), the same chat template (``chat_templates/hermes.jinja``) and the same requests
+(:mod:`bench.workloads`), so every difference is the front end's. On a small machine only
+one runs at a time: gramserve's cells, then the vLLM server's, then the engine's, and
+again for each ``--repeats``. Prints every cell, then per cell the ratios
+gramserve/vLLM-server and gramserve/engine (median of the repeats, with min-max) of
+throughput, TTFT p50 and front-end (API process) CPU per token; ``--plot`` draws them.
+
+    python -m bench.compare --quick                    # concurrency 1 and 8, 64 tokens
+    python -m bench.compare --concurrency 1,8,32 --max-tokens 128 --repeats 2 --json out.json --plot ratios.png
+    python -m bench.compare --workloads plain,tools_long --lengths 128,1024,4096 --concurrency 2 \
+        --targets gramserve,vllm --max-model-len 8192     # CPU per token vs output length
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import httpx
+
+from bench.serve import Cell, default_requests, markdown_table, run_cell
+
+__all__ = ["EngineFlags", "gramserve_cmd", "vllm_cmd", "ratio_rows", "ratio_table", "plot_ratios", "main"]
+
+REPO = Path(__file__).resolve().parents[1]
+PY = REPO / ".venv" / "bin" / "python"
+TARGETS = ("gramserve", "vllm", "engine")
+MODEL_NAME = "SmolLM2-135M-Instruct"
+METRICS = (("tok_per_s", "throughput (tok/s)"), ("ttft_p50", "TTFT p50"), ("cpu_api_per_1k", "API CPU / token"))
+
+
+class EngineFlags:
+    """The engine settings every target gets (gramserve's CPU defaults, spelled out)."""
+
+    def __init__(self, *, max_model_len: int, kv_cache_gib: float, max_num_seqs: int | None) -> None:
+        self.max_model_len = max_model_len
+        self.kv_cache_gib = kv_cache_gib
+        self.max_num_seqs = max_num_seqs
+
+    def gramserve_args(self) -> list[str]:
+        args = ["--max-model-len", str(self.max_model_len), "--kv-cache-space", f"{self.kv_cache_gib:g}",
+                "--dtype", "bfloat16", "--enforce-eager", "--seed", "0"]
+        return args + (["--max-num-seqs", str(self.max_num_seqs)] if self.max_num_seqs else [])
+
+    def vllm_args(self) -> list[str]:
+        # what server/runner.py's apply_platform_defaults + server/engine/vllm_engine.py pass on CPU
+        args = ["--max-model-len", str(self.max_model_len), "--dtype", "bfloat16", "--enforce-eager", "--seed", "0",
+                "--gpu-memory-utilization", "0.1", "--no-enable-chunked-prefill",
+                "--max-num-batched-tokens", str(max(self.max_model_len, 2048)), "--generation-config", "vllm",
+                "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
+        return args + (["--max-num-seqs", str(self.max_num_seqs)] if self.max_num_seqs else [])
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}"}
+
+
+def model_dir() -> Path:
+    from server.default_model import ensure_default_model
+
+    return Path(ensure_default_model())
+
+
+def gramserve_cmd(port: int, flags: EngineFlags) -> list[str]:
+    return [str(REPO / ".venv" / "bin" / "gramserve"), "serve", "--port", str(port), *flags.gramserve_args()]
+
+
+def vllm_cmd(port: int, flags: EngineFlags, model: Path) -> list[str]:
+    return [str(PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+            "--chat-template", str(REPO / "chat_templates" / "hermes.jinja"), *flags.vllm_args()]
+
+
+def _start(cmd: list[str], env: dict[str, str], port: int, log: Path, timeout: float = 300) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO,
+                            start_new_session=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{cmd[0]} exited with {proc.returncode} while starting; see {log}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    _stop(proc)
+    raise SystemExit(f"no /health 200 on port {port} after {timeout:.0f} s; see {log}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (its engine processes too), SIGKILL after 30 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+    time.sleep(2)  # let the engine's children go before the next server starts
+
+
+def _grid(a: argparse.Namespace) -> list[tuple[str, int, int]]:
+    return [(w, c, n) for n in a.lengths for w in a.workloads for c in a.concurrency]
+
+
+async def _http_cells(target: str, port: int, pid: int, a: argparse.Namespace) -> list[Cell]:
+    cells = []
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/v1/", timeout=1800, limits=limits) as client:
+        for workload, conc, n in _grid(a):
+            cell = await run_cell(client, target=target, workload=workload, concurrency=conc, max_tokens=n,
+                                  requests=a.requests or default_requests(conc), server_pid=pid, model=MODEL_NAME)
+            print(markdown_table([cell]).splitlines()[-1], flush=True)
+            cells.append(cell)
+    return cells
+
+
+def _engine_cells(a: argparse.Namespace, flags: EngineFlags, log: Path) -> list[Cell]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    cmd = [str(PY), "-m", "bench.engine_direct", "--workloads", ",".join(a.workloads),
+           "--concurrency", ",".join(map(str, a.concurrency)), "--max-tokens", ",".join(map(str, a.lengths)),
+           "--json", str(out)] + (["--requests", str(a.requests)] if a.requests else []) + ["--",
+                                                                                            *flags.gramserve_args()]
+    with log.open("w") as lf:
+        rc = subprocess.run(cmd, env=flags.env(), stdout=lf, stderr=subprocess.STDOUT, cwd=REPO).returncode
+    if rc != 0:
+        raise SystemExit(f"engine-direct run failed ({rc}); see {log}")
+    fields = set(Cell.__dataclass_fields__)
+    cells = [Cell(**{k: v for k, v in d.items() if k in fields}) for d in json.loads(out.read_text())]
+    out.unlink()
+    for cell in cells:
+        print(markdown_table([cell]).splitlines()[-1], flush=True)
+    return cells
+
+
+def _value(cell: Cell, metric: str) -> float | None:
+    v = getattr(cell, metric)
+    return float(v) if v is not None else None
+
+
+def ratio_rows(runs: Sequence[Sequence[Cell]], *, base: str = "gramserve",
+               others: Sequence[str] = ("vllm", "engine")) -> list[dict[str, Any]]:
+    """Per cell (workload, concurrency, max_tokens) and metric: the ratio base/other in each repeat,
+    paired within the repeat (``runs[i]`` holds repeat i's cells of every target); median, min, max."""
+    keyed: dict[tuple[str, int, int], dict[str, list[Cell | None]]] = {}
+    for i, cells in enumerate(runs):
+        for c in cells:
+            slot = keyed.setdefault((c.workload, c.concurrency, c.max_tokens), {})
+            slot.setdefault(c.target, [None] * len(runs))[i] = c
+    rows = []
+    for (workload, conc, n), by_target in keyed.items():
+        row: dict[str, Any] = {"workload": workload, "concurrency": conc, "max_tokens": n}
+        for other in others:
+            for metric, _ in METRICS:
+                ratios = []
+                for b, o in zip(by_target.get(base, []), by_target.get(other, [])):
+                    if b is None or o is None:
+                        continue
+                    bv, ov = _value(b, metric), _value(o, metric)
+                    if bv is not None and ov:
+                        ratios.append(bv / ov)
+                row[f"{metric}/{other}"] = (statistics.median(ratios), min(ratios), max(ratios)) if ratios else None
+        rows.append(row)
+    return rows
+
+
+def _r(x: tuple[float, float, float] | None) -> str:
+    if x is None:
+        return "-"
+    med, lo, hi = x
+    return f"{med:.2f}" if lo == hi else f"{med:.2f} ({lo:.2f}-{hi:.2f})"
+
+
+def ratio_table(rows: Sequence[dict[str, Any]], others: Sequence[str] = ("vllm", "engine")) -> str:
+    """Markdown: per cell the gramserve/other ratios (median of repeats, min-max in brackets).
+    Throughput above 1 is better for gramserve; TTFT and CPU below 1 are better."""
+    cols = [(f"{m}/{o}", f"{label} vs {o}") for o in others for m, label in METRICS]
+    head = "| workload | conc | max_tokens | " + " | ".join(label for _, label in cols) + " |"
+    lines = [head, "|" + "---|" * (3 + len(cols))]
+    for r in rows:
+        lines.append(f"| {r['workload']} | {r['concurrency']} | {r['max_tokens']} | "
+                     + " | ".join(_r(r.get(k)) for k, _ in cols) + " |")
+    return "\n".join(lines)
+
+
+def plot_ratios(rows: Sequence[dict[str, Any]], path: str, *, title: str = "gramserve / other",
+                others: Sequence[str] = ("vllm", "engine")) -> None:
+    """One panel per metric; per cell a bar per comparison (median, min-max whiskers); 1.0 = parity."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['workload']}\nc{r['concurrency']} n{r['max_tokens']}" for r in rows]
+    fig, axes = plt.subplots(len(METRICS), 1, figsize=(max(8, 0.9 * len(rows) + 2), 3.2 * len(METRICS)),
+                             sharex=True)
+    width = 0.8 / len(others)
+    for ax, (metric, label) in zip(axes, METRICS):
+        for j, other in enumerate(others):
+            vals = [r.get(f"{metric}/{other}") for r in rows]
+            xs = [i + (j - (len(others) - 1) / 2) * width for i in range(len(rows))]
+            med = [v[0] if v else 0 for v in vals]
+            err = [[v[0] - v[1] if v else 0 for v in vals], [v[2] - v[0] if v else 0 for v in vals]]
+            ax.bar(xs, med, width, yerr=err, capsize=2, label=f"gramserve / {'vLLM server' if other == 'vllm' else other}")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        better = "higher is better" if metric == "tok_per_s" else "lower is better"
+        ax.set_ylabel(f"{label}\n({better})")
+        ax.legend(fontsize=8)
+    axes[-1].set_xticks(range(len(rows)))
+    axes[-1].set_xticklabels(labels, fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="concurrency 1,8 and 64 tokens (a few minutes)")
+    ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated, from gramserve,vllm,engine")
+    ap.add_argument("--workloads", default="plain,json_schema,tools,agent")
+    ap.add_argument("--concurrency", default="1,8,32,64")
+    ap.add_argument("--max-tokens", "--lengths", dest="lengths", default="128",
+                    help="comma-separated output lengths (each a cell)")
+    ap.add_argument("--requests", type=int, default=None, help="requests per cell (default max(4, 2 x conc))")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--port", type=int, default=8611)
+    ap.add_argument("--max-model-len", type=int, default=4096)
+    ap.add_argument("--kv-cache-space", type=float, default=2.0, help="GiB (VLLM_CPU_KVCACHE_SPACE)")
+    ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--logs", default="/tmp/gramserve-bench", help="folder for the servers' logs")
+    ap.add_argument("--json", default=None, help="write all cells and ratios here")
+    ap.add_argument("--plot", default=None, help="draw the ratios into this PNG")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    if a.quick:
+        a.concurrency, a.lengths = "1,8", "64"
+    a.workloads = a.workloads.split(",")
+    a.concurrency, a.lengths = _ints(a.concurrency), _ints(a.lengths)
+    targets = a.targets.split(",")
+    flags = EngineFlags(max_model_len=a.max_model_len, kv_cache_gib=a.kv_cache_space, max_num_seqs=a.max_num_seqs)
+    logs = Path(a.logs)
+    logs.mkdir(parents=True, exist_ok=True)
+    model = model_dir()
+    runs: list[list[Cell]] = []
+    t0 = time.monotonic()
+    for rep in range(a.repeats):
+        cells: list[Cell] = []
+        for target in targets:
+            print(f"# repeat {rep + 1}/{a.repeats}: {target} ({time.monotonic() - t0:.0f} s)", flush=True)
+            log = logs / f"{target}-{rep}.log"
+            if target == "engine":
+                cells += _engine_cells(a, flags, log)
+                continue
+            cmd = gramserve_cmd(a.port, flags) if target == "gramserve" else vllm_cmd(a.port, flags, model)
+            proc = _start(cmd, flags.env(), a.port, log)
+            try:
+                cells += asyncio.run(_http_cells(target, a.port, proc.pid, a))
+            finally:
+                _stop(proc)
+        runs.append(cells)
+    all_cells = [c for cells in runs for c in cells]
+    print("\n## Cells\n\n" + markdown_table(all_cells))
+    others = [t for t in ("vllm", "engine") if t in targets]
+    rows = ratio_rows(runs, others=others) if "gramserve" in targets else []
+    if rows:
+        print(f"\n## Ratios gramserve / other ({a.repeats} repeat(s): median (min-max))\n\n" + ratio_table(rows, others))
+    if a.json:
+        Path(a.json).write_text(json.dumps({"args": {k: v for k, v in vars(a).items()},
+                                            "cells": [[c.as_dict() for c in cells] for cells in runs],
+                                            "ratios": rows}, indent=1))
+    if a.plot and rows:
+        plot_ratios(rows, a.plot, others=others)
+    print(f"\n(total {time.monotonic() - t0:.0f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

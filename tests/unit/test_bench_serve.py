@@ -1,0 +1,260 @@
+"""The benchmark's own arithmetic and plumbing: percentiles, cell summaries, /proc parsing,
+SSE parsing, ratios, and the load generator against a tiny in-process fake SSE server
+(no model; a few seconds)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from bench._proc import ProcStat, cpu_sample, descendants, parse_stat
+from bench.compare import EngineFlags, plot_ratios, ratio_rows, ratio_table, vllm_cmd
+from bench.serve import Cell, RequestResult, markdown_table, parse_sse_line, percentile, run_cell, summarize
+from bench.workloads import WORKLOADS, build_workload
+
+
+# ------------------------------------------------------------------ statistics
+
+
+def test_percentile_matches_numpy_linear_interpolation() -> None:
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 5, 20, 101):
+        xs = rng.exponential(size=n).tolist()
+        for q in (0, 25, 50, 90, 95, 100):
+            assert percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+
+
+def test_percentile_small_cases() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 95) == 3.0
+    assert percentile([4, 1, 3, 2], 50) == 2.5  # unsorted input
+    assert percentile(list(range(1, 21)), 95) == pytest.approx(19.05)
+    with pytest.raises(ValueError):
+        percentile([1.0], 101)
+
+
+def test_summarize_counts_only_good_requests() -> None:
+    results = [RequestResult(ok=True, ttft=0.1, itls=[0.01, 0.03], e2e=1.0, tokens=10),
+               RequestResult(ok=True, ttft=0.3, itls=[0.02], e2e=2.0, tokens=30),
+               RequestResult(ok=False, e2e=0.5, tokens=99, error="HTTP 400: no")]
+    c = summarize(results, wall_s=4.0, target="t", workload="plain", concurrency=2, max_tokens=32, cpu=(0.8, 2.0))
+    assert (c.requests, c.errors, c.tokens) == (3, 1, 40)
+    assert c.req_per_s == pytest.approx(0.5) and c.tok_per_s == pytest.approx(10.0)
+    assert c.ttft_p50 == pytest.approx(0.2) and c.itl_p50 == pytest.approx(0.02)
+    assert c.e2e_p95 == pytest.approx(1.95)
+    assert c.cpu_api_per_1k == pytest.approx(20.0) and c.cpu_engine_per_1k == pytest.approx(50.0)
+    assert c.first_error == "HTTP 400: no"
+    assert c.as_dict()["cpu_api_per_1k"] == pytest.approx(20.0)
+    row = markdown_table([c]).splitlines()
+    assert len(row) == 3 and row[1].count("---") == row[0].count("|") - 1
+    assert "| 200/290 |" in row[2]  # TTFT p50/p95 in ms
+
+
+# ------------------------------------------------------------------ /proc
+
+
+def test_parse_stat_with_awkward_command_name() -> None:
+    # comm may hold spaces and parentheses; fields are counted after the last ')'
+    line = "4242 (VLLM::Worker (x) y) S 4200 4200 4200 0 -1 4194560 100 0 0 0 1234 56 7 8 20 0 3 0 99 0\n"
+    st = parse_stat(line)
+    assert (st.pid, st.comm, st.ppid, st.utime, st.stime) == (4242, "VLLM::Worker (x) y", 4200, 1234, 56)
+
+
+def test_descendants_walks_the_whole_tree() -> None:
+    stats = [ProcStat(1, "init", 0, 0, 0), ProcStat(10, "api", 1, 0, 0), ProcStat(11, "core", 10, 0, 0),
+             ProcStat(12, "worker", 11, 0, 0), ProcStat(20, "other", 1, 0, 0)]
+    assert sorted(s.pid for s in descendants(10, stats)) == [11, 12]
+    assert descendants(12, stats) == []
+
+
+def test_cpu_sample_counts_a_busy_child() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt=time.process_time()\n"
+                              "while time.process_time()-t<0.4: pass\ntime.sleep(5)"])
+    try:
+        before = cpu_sample(os.getpid())
+        deadline = time.monotonic() + 10
+        kids = 0.0
+        while time.monotonic() < deadline and kids < 0.3:
+            time.sleep(0.1)
+            _, kids = cpu_sample(os.getpid()).minus(before)
+        assert child.pid in cpu_sample(os.getpid()).children
+        assert kids >= 0.3  # the child's busy loop, seen while it is alive
+    finally:
+        child.kill()
+        child.wait()
+    with pytest.raises(ProcessLookupError):
+        cpu_sample(2**22 + 12345)
+
+
+# ------------------------------------------------------------------ SSE parsing
+
+
+def _data(obj: object) -> str:
+    return "data: " + json.dumps(obj)
+
+
+def test_parse_sse_line() -> None:
+    assert parse_sse_line(": keep-alive") == (False, None, None)
+    assert parse_sse_line("data: [DONE]") == (False, None, None)
+    assert parse_sse_line(_data({"choices": [{"delta": {"role": "assistant", "content": ""}}]})) == (False, None, None)
+    assert parse_sse_line(_data({"choices": [{"delta": {"content": "hi"}}]})) == (True, None, None)
+    args = {"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\""}}]}}]}
+    assert parse_sse_line(_data(args))[0] is True
+    assert parse_sse_line(_data({"choices": [], "usage": {"completion_tokens": 7}})) == (False, 7, None)
+    assert parse_sse_line(_data({"error": {"message": "boom"}})) == (False, None, "boom")
+
+
+# ------------------------------------------------------------------ the load generator, against a fake server
+
+DELTAS = 6
+STEP_S = 0.01
+
+
+class FakeSSEServer:
+    """A tiny HTTP/1.1 server streaming ``DELTAS`` content deltas, one every ``STEP_S``; it
+    remembers the bodies it got and the most timed requests (``max_tokens`` 32; the warm-up
+    sends 16) it had in flight at once."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.bodies: list[dict] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        length = next((int(h.split(":")[1]) for h in lines if h.lower().startswith("content-length")), 0)
+        body = json.loads(await reader.readexactly(length)) if length else {}
+        if lines[0].startswith("GET /v1/models"):
+            data = json.dumps({"data": [{"id": "fake"}]}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (len(data), data))
+        elif body.get("messages") == [{"role": "user", "content": "fail"}]:
+            writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno")
+        else:
+            self.bodies.append(body)
+            timed = body.get("max_tokens") == 32
+            self.in_flight += timed
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+            writer.write((_data({"choices": [{"delta": {"role": "assistant", "content": ""}}]}) + "\n\n").encode())
+            for i in range(DELTAS):
+                await asyncio.sleep(STEP_S)
+                writer.write((_data({"choices": [{"index": 0, "delta": {"content": f"t{i}"}}]}) + "\n\n").encode())
+                await writer.drain()
+            writer.write((_data({"choices": [], "usage": {"completion_tokens": DELTAS}}) + "\n\ndata: [DONE]\n\n")
+                         .encode())
+            self.in_flight -= timed
+        await writer.drain()
+        writer.close()
+
+
+async def _run_against_fake(concurrency: int, requests: int) -> tuple[Cell, FakeSSEServer]:
+    fake = FakeSSEServer()
+    server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/v1/", timeout=10) as client:
+            cell = await run_cell(client, target="fake", workload="plain", concurrency=concurrency, max_tokens=32,
+                                  requests=requests, server_pid=os.getpid(), model="fake")
+    finally:
+        server.close()
+        await server.wait_closed()
+    return cell, fake
+
+
+def test_load_generator_against_fake_sse_server() -> None:
+    cell, fake = asyncio.run(_run_against_fake(concurrency=3, requests=7))
+    assert (cell.requests, cell.errors, cell.tokens) == (7, 0, 7 * DELTAS)
+    assert fake.max_in_flight == 3  # the concurrency, never more
+    warm = build_workload("plain", max_tokens=16)
+    seen = sorted(json.dumps(b["messages"]) for b in fake.bodies[:len(warm)])
+    assert seen == sorted(json.dumps(b["messages"]) for b in warm)  # the warm-up first, all bodies once
+    timed = fake.bodies[len(warm):]
+    assert len(timed) == 7 and all(b["stream"] and b["stream_options"] == {"include_usage": True} for b in timed)
+    assert all(b["model"] == "fake" and b["max_tokens"] == 32 and b["ignore_eos"] for b in timed)
+    assert cell.ttft_p50 >= STEP_S * 0.9 and cell.itl_p50 >= STEP_S * 0.9
+    assert cell.e2e_p50 >= DELTAS * STEP_S * 0.9
+    assert cell.tok_per_s > 0 and cell.cpu_api_s is not None and cell.cpu_api_s >= 0
+
+
+def test_load_generator_reports_http_errors() -> None:
+    from bench.serve import stream_one
+
+    async def go() -> RequestResult:
+        fake = FakeSSEServer()
+        server = await asyncio.start_server(fake.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/v1/", timeout=10) as client:
+            res = await stream_one(client, {"messages": [{"role": "user", "content": "fail"}]})
+        server.close()
+        return res
+
+    res = asyncio.run(go())
+    assert not res.ok and res.error.startswith("HTTP 400")
+
+
+# ------------------------------------------------------------------ workloads and comparison
+
+
+def test_workloads_are_fixed_and_deterministic() -> None:
+    for name in WORKLOADS:
+        a, b = build_workload(name, max_tokens=33), build_workload(name, max_tokens=33)
+        assert a == b and a and all(x["max_tokens"] == 33 and x["temperature"] == 0 for x in a)
+    assert all(b["tool_choice"] == "required" for b in build_workload("tools", max_tokens=8))
+    agent = build_workload("agent", max_tokens=8)
+    lengths = [len(b["messages"]) for b in agent]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]  # growing history, shared prefix
+    assert agent[2]["messages"][:5] == agent[1]["messages"][:5]
+
+
+def _cell(target: str, tok_s: float, ttft: float, cpu: float, workload: str = "plain") -> Cell:
+    return Cell(target=target, workload=workload, concurrency=1, max_tokens=64, requests=4, errors=0, wall_s=1.0,
+                tokens=1000, req_per_s=1.0, tok_per_s=tok_s, ttft_p50=ttft, ttft_p95=ttft, itl_p50=0.01,
+                itl_p95=0.02, e2e_p50=1.0, e2e_p95=1.0, cpu_api_s=cpu, cpu_engine_s=10.0)
+
+
+def test_ratio_rows_pair_repeats_and_report_spread(tmp_path) -> None:
+    runs = [[_cell("gramserve", 100, 0.2, 1.0), _cell("vllm", 50, 0.1, 2.0), _cell("engine", 100, 0.1, 0.5)],
+            [_cell("gramserve", 90, 0.3, 1.0), _cell("vllm", 90, 0.1, 1.0), _cell("engine", 90, 0.2, 1.0)],
+            [_cell("gramserve", 80, 0.2, 3.0), _cell("vllm", 100, 0.2, 1.0), _cell("engine", 80, 0.2, 1.0)]]
+    (row,) = ratio_rows(runs)
+    assert row["tok_per_s/vllm"] == pytest.approx((1.0, 0.8, 2.0))
+    assert row["ttft_p50/vllm"] == pytest.approx((2.0, 1.0, 3.0))
+    assert row["cpu_api_per_1k/vllm"] == pytest.approx((1.0, 0.5, 3.0))
+    assert row["tok_per_s/engine"] == pytest.approx((1.0, 1.0, 1.0))
+    table = ratio_table([row])
+    assert "| plain | 1 | 64 | 1.00 (0.80-2.00) |" in table and "| 1.00 |" in table
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "r.png"
+    plot_ratios([row], str(png))
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_vllm_server_gets_gramserve_engine_settings(monkeypatch) -> None:
+    """The vLLM server's flags spell out what ``gramserve serve`` applies on CPU."""
+    import server.runner as runner
+    from server.config import settings_from_args
+
+    for var in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_XGRAMMAR_CACHE_MB", runner.ENGINE_PLUGIN_FLAG):
+        monkeypatch.setenv(var, os.environ.get(var, ""))  # restored after the test
+    monkeypatch.setattr(runner, "is_cpu_only", lambda: True)
+    flags = EngineFlags(max_model_len=2048, kv_cache_gib=3, max_num_seqs=16)
+    defaults = runner.apply_platform_defaults(settings_from_args(flags.gramserve_args()))
+    cmd = vllm_cmd(8000, flags, model=__import__("pathlib").Path("/m"))
+    opt = {k: v for k, v in zip(cmd, cmd[1:]) if k.startswith("--")}
+    assert int(opt["--max-model-len"]) == defaults["max_model_len"] == 2048
+    assert int(opt["--max-num-batched-tokens"]) == defaults["max_num_batched_tokens"]
+    assert float(opt["--gpu-memory-utilization"]) == defaults["gpu_memory_utilization"]
+    assert opt["--dtype"] == defaults["dtype"] and defaults["enforce_eager"] and "--enforce-eager" in cmd
+    assert defaults["enable_chunked_prefill"] is False and "--no-enable-chunked-prefill" in cmd
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == flags.env()["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert opt["--max-num-seqs"] == "16" and opt["--tool-call-parser"] == "hermes"
+    assert json.loads(opt["--structured-outputs-config"]) == {"backend": "xgrammar", "disable_any_whitespace": True}
