@@ -338,9 +338,13 @@ function validationBox(schema, text, finish, label) {
   if (errors.length) {
     box.append(el("ul", {}, errors.map((e) => el("li", {}, el("code", { text: e.path || "/" }), " " + e.message))));
   }
-  const notes = [`Checked in the page: ${CHECKED.join(", ")}.`];
-  if (unchecked.size) notes.push(`Not checked in the page: ${[...unchecked].join(", ")} (see the server's report).`);
-  box.append(el("p", { class: "muted small", text: notes.join(" ") }));
+  if (unchecked.size) {
+    box.append(el("p", { class: "small unchecked", text: `Not checked in the page: ${[...unchecked].join(", ")} ` +
+      "(the server's enforcement report says how the grammar handles it)." }));
+  }
+  box.append(el("details", { class: "small" }, el("summary", { text: "What the page checks" }),
+    el("p", { text: `Keywords checked here: ${CHECKED.join(", ")} (local $ref only). The grammar enforces ` +
+      "EXACT keywords while the answer is written; this check runs on what arrived." })));
   return { box, value: parsed.value };
 }
 
@@ -553,6 +557,7 @@ function buildRequest() {
     ctx.tools = readTools();
     body.tools = ctx.tools;
     body.tool_choice = toolChoiceValue();
+    if (!$("parallel-calls").checked) body.parallel_tool_calls = false;
   }
   return { body, ctx };
 }
@@ -821,12 +826,12 @@ function init() {
   fillExamples();
   showPanels();
   document.querySelectorAll('input[name="mode"]').forEach((r) => r.addEventListener("change", showPanels));
-  $("save-key").addEventListener("click", () => {
-    localStorage.setItem(KEY_STORE, $("api-key").value.trim());
+  $("key-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const key = $("api-key").value.trim();
+    if (key) localStorage.setItem(KEY_STORE, key);
+    else localStorage.removeItem(KEY_STORE);
     loadModels();
-  });
-  $("api-key").addEventListener("keydown", (ev) => {
-    if (ev.key === "Enter") { ev.preventDefault(); $("save-key").click(); }
   });
   $("forget-key").addEventListener("click", () => {
     localStorage.removeItem(KEY_STORE);

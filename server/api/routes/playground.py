@@ -45,10 +45,12 @@ def _serve(request: Request, name: str) -> Response:
 
 
 @router.get("/", include_in_schema=False)
+@router.head("/", include_in_schema=False)
 async def page(request: Request) -> Response:
     return _serve(request, "index.html")
 
 
 @router.get("/playground/{name}", include_in_schema=False)
+@router.head("/playground/{name}", include_in_schema=False)
 async def static_file(name: str, request: Request) -> Response:
     return _serve(request, name)
