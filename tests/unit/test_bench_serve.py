@@ -258,3 +258,19 @@ def test_vllm_server_gets_gramserve_engine_settings(monkeypatch) -> None:
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == flags.env()["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert opt["--max-num-seqs"] == "16" and opt["--tool-call-parser"] == "hermes"
     assert json.loads(opt["--structured-outputs-config"]) == {"backend": "xgrammar", "disable_any_whitespace": True}
+
+
+def test_pyspy_top_self_and_inclusive_shares() -> None:
+    from bench.pyspy_top import parse_collapsed, top_functions
+
+    lines = ["run (asyncio/base_events.py:600);handle (/work/main/server/chat/sse.py:10);dumps (json/__init__.py:231) 6",
+             "run (asyncio/base_events.py:600);handle (/work/main/server/chat/sse.py:12) 3",
+             "run (asyncio/base_events.py:601);parse (/x/site-packages/tool_parsers/hermes.py:40) 1",
+             "garbage line without a count"]
+    stacks = parse_collapsed(lines)
+    assert len(stacks) == 3 and stacks[0][0][1] == "handle (server/chat/sse.py)"  # repo prefix and line dropped
+    total, own, incl = top_functions(stacks)
+    assert total == 10
+    assert own["dumps (json/__init__.py)"] == 6 and own["handle (server/chat/sse.py)"] == 3
+    assert incl["handle (server/chat/sse.py)"] == 9 and incl["run (asyncio/base_events.py)"] == 10
+    assert incl["parse (tool_parsers/hermes.py)"] == 1
