@@ -5,6 +5,7 @@ Requests validate ranges the way the OpenAI API documents them, so a bad value i
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -71,9 +72,61 @@ class FunctionDef(_Lenient):
     strict: bool | None = None
 
 
+class CustomToolFormat(_Lenient):
+    type: Literal["text", "grammar"] = "text"
+    grammar: dict[str, Any] | None = None  # {"syntax": "regex" | "lark", "definition": str}
+
+
+class CustomToolDef(_Lenient):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.\-]{1,64}$")
+    description: str | None = None
+    format: CustomToolFormat | None = None
+
+
+def _custom_as_function(custom: CustomToolDef) -> FunctionDef:
+    """A custom (free-form input) tool as the function tool the model calls: one string
+    ``input``, constrained by the tool's regex. The call is answered in the custom shape."""
+    string: dict[str, Any] = {"type": "string"}
+    how = "free-form text"
+    fmt = custom.format
+    if fmt is not None and fmt.type == "grammar":
+        grammar = fmt.grammar or {}
+        syntax, definition = grammar.get("syntax"), grammar.get("definition")
+        if syntax == "lark":
+            raise ValueError("a 'lark' grammar cannot be enforced exactly by this server; give the input format as "
+                             "a 'regex' grammar, or declare a function tool with a JSON schema")
+        if syntax != "regex" or not isinstance(definition, str) or not definition:
+            raise ValueError("'format.grammar' needs 'syntax': 'regex' and a non-empty string 'definition'")
+        try:
+            re.compile(definition)
+        except re.error as exc:
+            raise ValueError(f"the regex in 'format.grammar.definition' does not compile: {exc}") from None
+        string["pattern"] = definition
+        how = f"text matching the regex {definition}"
+    description = f"{custom.description or ''} (Call it with {{\"input\": <{how}>}}.)".strip()
+    return FunctionDef(name=custom.name, description=description, strict=True, parameters={
+        "type": "object", "properties": {"input": string}, "required": ["input"], "additionalProperties": False})
+
+
 class ToolDef(_Lenient):
-    type: Literal["function"]
-    function: FunctionDef
+    type: Literal["function", "custom"]
+    function: FunctionDef | None = None
+    custom: CustomToolDef | None = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> "ToolDef":
+        if self.type == "custom":
+            if self.custom is None:
+                raise ValueError("a custom tool needs 'custom': {'name': ..., 'format': ...}")
+            self.function = _custom_as_function(self.custom)
+        elif self.function is None:
+            raise ValueError("a function tool needs 'function': {'name': ..., 'parameters': ...}")
+        return self
+
+    def prompt_dict(self) -> dict[str, Any]:
+        """The tool as the chat template and the grammar see it (always a function tool)."""
+        assert self.function is not None
+        return {"type": "function", "function": self.function.model_dump(exclude_none=True, by_alias=True)}
 
 
 class NamedToolChoiceFunction(_Lenient):
@@ -303,6 +356,10 @@ class ChatCompletionRequest(_SamplingFields):
             self.tool_choice = fc
         self.parallel_tool_calls = False
         return self
+
+    def custom_tool_names(self) -> frozenset[str]:
+        """Names of the request's custom tools (their calls are answered as ``type: "custom"``)."""
+        return frozenset(t.custom.name for t in self.tools or () if t.custom is not None and t.type == "custom")
 
     def legacy_functions(self) -> bool:
         """Whether the request used the legacy ``functions`` API (and is answered in its shape)."""

@@ -23,6 +23,7 @@ from server.chat.sse import DONE, chunk, sse_event
 from server.state import ServerState, check_model
 from server.chat.stream_guard import abort_shielded, guarded_stream
 from server.structured.from_request import build_constraint
+from server.chat.custom_tools import InputStream, custom_input
 from server.chat.message_stream import MessageDelta, MessageStream
 
 __all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED",
@@ -52,7 +53,7 @@ class PreparedChat:
 def _tools_for_prompt(req: ChatCompletionRequest) -> list[dict[str, Any]] | None:
     if not req.tools or req.tool_choice == "none":
         return None
-    return [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools]
+    return [t.prompt_dict() for t in req.tools]
 
 
 def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
@@ -172,6 +173,8 @@ class _Choice:
     def __init__(self, state: ServerState, p: PreparedChat, index: int, *, streaming: bool) -> None:
         self.index = index
         self.legacy = p.request.legacy_functions()
+        self.custom = p.request.custom_tool_names()  # calls answered as type "custom"
+        self.inputs: dict[int, InputStream] = {}  # custom calls being streamed, by call index
         self.stream = _new_stream(state, p, streaming=streaming)
         self.tokens = 0
         self.finish: str | None = None
@@ -196,11 +199,15 @@ def _check_choice(p: PreparedChat, choice: _Choice, checker: ToolCallChecker) ->
     return final, outcome
 
 
-def _message(state: ServerState, final: Any, *, legacy: bool = False) -> dict[str, Any]:
-    calls = [
-        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-        for c in final.tool_calls
-    ]
+def _call(c: Any, custom: frozenset[str]) -> dict[str, Any]:
+    if c.name in custom:
+        return {"id": c.id, "type": "custom", "custom": {"name": c.name, "input": custom_input(c.arguments)}}
+    return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+
+
+def _message(state: ServerState, final: Any, *, legacy: bool = False,
+             custom: frozenset[str] = frozenset()) -> dict[str, Any]:
+    calls = [_call(c, custom) for c in final.tool_calls]
     # OpenAI: content is null beside tool calls unless text came before them; "" for an empty answer.
     msg: dict[str, Any] = {"role": "assistant", "content": final.content or (None if calls else "")}
     msg.update(_reasoning_fields(state, final.reasoning))
@@ -287,7 +294,7 @@ async def chat_response(state: ServerState, p: PreparedChat) -> tuple[dict[str, 
         final, outcome = _check_choice(p, ch, checker)
         out = {
             "index": ch.index,
-            "message": _message(state, final, legacy=ch.legacy),
+            "message": _message(state, final, legacy=ch.legacy, custom=ch.custom),
             "logprobs": _logprobs_json(ch.logprobs) if p.request.logprobs else None,
             "finish_reason": ch.finish_reason(final),
         }
@@ -315,9 +322,10 @@ def _reasoning_tokens(state: ServerState, choices: list[_Choice]) -> int | None:
     return total
 
 
-def _delta_bodies(delta: Any, state: ServerState, *, legacy: bool = False) -> list[dict[str, Any]]:
+def _delta_bodies(delta: Any, state: ServerState, choice: _Choice) -> list[dict[str, Any]]:
     """One delta body for text, then one per tool-call entry (header alone, as OpenAI does);
-    ``legacy``: as the functions API streamed them, ``delta.function_call``."""
+    for the legacy functions API as it streamed them, ``delta.function_call``; custom tool
+    calls as ``custom.input`` text."""
     if delta is None:
         return []
     bodies: list[dict[str, Any]] = []
@@ -329,11 +337,20 @@ def _delta_bodies(delta: Any, state: ServerState, *, legacy: bool = False) -> li
     if text:
         bodies.append(text)
     for tc in delta.tool_calls:
-        if legacy:
+        if choice.legacy:
             fn = {"name": tc.name, "arguments": tc.arguments} if tc.name is not None else {"arguments": tc.arguments}
             bodies.append({"function_call": fn})
             continue
-        if tc.name is not None:
+        if tc.name is not None and tc.name in choice.custom:
+            choice.inputs[tc.index] = InputStream()
+            call = {"index": tc.index, "id": tc.id, "type": "custom",
+                    "custom": {"name": tc.name, "input": choice.inputs[tc.index].feed(tc.arguments)}}
+        elif tc.index in choice.inputs:
+            piece = choice.inputs[tc.index].feed(tc.arguments)
+            if not piece:
+                continue
+            call = {"index": tc.index, "custom": {"input": piece}}
+        elif tc.name is not None:
             call = {"index": tc.index, "id": tc.id, "type": "function",
                     "function": {"name": tc.name, "arguments": tc.arguments}}
         else:
@@ -416,7 +433,7 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
         async with contextlib.aclosing(choice_updates(state, p, choices, timer)) as updates:
             async for u in updates:
                 ch = u.choice
-                bodies = [b for d in u.deltas for b in _delta_bodies(d, state, legacy=ch.legacy)]
+                bodies = [b for d in u.deltas for b in _delta_bodies(d, state, ch)]
                 if req.logprobs and u.logprobs and not bodies:
                     bodies = [{}]
                 bodies = [out for body in bodies for out in opening(ch.index, body)]

@@ -18,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
+from server.chat.custom_tools import InputStream, custom_input
 from server.chat.generation import GenerationTimer
 from server.chat.service import PreparedChat, choice_updates, new_choices, prepare_chat, usage_of
 from server.chat.stream_guard import abort_shielded, guarded_stream
@@ -109,7 +110,12 @@ def _call_item(item_id: str, call_id: str, name: str, arguments: str, *, status:
             "status": status}
 
 
-def _output(final: Any, *, item_status: str) -> list[dict[str, Any]]:
+def _custom_item(item_id: str, call_id: str, name: str, text: str, *, status: str) -> dict[str, Any]:
+    return {"type": "custom_tool_call", "id": item_id, "call_id": call_id, "name": name, "input": text,
+            "status": status}
+
+
+def _output(final: Any, *, item_status: str, custom: frozenset[str]) -> list[dict[str, Any]]:
     """Output items for a finished message: reasoning, text, then one item per tool call."""
     out = []
     if final.reasoning:
@@ -117,7 +123,10 @@ def _output(final: Any, *, item_status: str) -> list[dict[str, Any]]:
     if final.content or not final.tool_calls:
         out.append(_message_item(_new_id("msg"), final.content or "", status=item_status))
     for c in final.tool_calls:
-        out.append(_call_item(_new_id("fc"), c.id, c.name, c.arguments, status="completed"))
+        if c.name in custom:
+            out.append(_custom_item(_new_id("ctc"), c.id, c.name, custom_input(c.arguments), status="completed"))
+        else:
+            out.append(_call_item(_new_id("fc"), c.id, c.name, c.arguments, status="completed"))
     return out
 
 
@@ -148,7 +157,8 @@ async def response_body(state: ServerState, store: ResponseStore, pr: PreparedRe
     if last is None:  # the engine ended without a final chunk: nothing was generated
         raise internal_error()
     status = "incomplete" if last.finish_reason == "length" else "completed"
-    body = _response(state, pr, status=status, output=_output(last.final, item_status=status), usage=usage)
+    output = _output(last.final, item_status=status, custom=pr.chat.request.custom_tool_names())
+    body = _response(state, pr, status=status, output=output, usage=usage)
     _store(store, pr, body)
     headers = {"x-gramserve-schema-validated": last.schema_validated} if last.schema_validated else {}
     return body, headers
@@ -163,7 +173,9 @@ def _event(kind: str, seq: int, **fields: Any) -> bytes:
 class _Events:
     """Per-stream framing state: the open output item, its text so far, the sequence number."""
 
-    def __init__(self) -> None:
+    def __init__(self, custom: frozenset[str] = frozenset()) -> None:
+        self.custom = custom  # custom tools: their calls stream as decoded input text
+        self.input: InputStream | None = None
         self.seq = 0
         self.output: list[dict[str, Any]] = []  # finished items, in output order
         self.open: dict[str, Any] | None = None  # the item being streamed
@@ -207,6 +219,9 @@ class _Events:
                              text=text),
                    self.emit("response.content_part.done", item_id=item_id, output_index=i, content_index=0,
                              part={"type": "reasoning_text", "text": text})]
+        elif kind == "custom_tool_call":
+            done = _custom_item(item_id, item["call_id"], item["name"], text, status="completed")
+            out = [self.emit("response.custom_tool_call_input.done", item_id=item_id, output_index=i, input=text)]
         else:
             done = _call_item(item_id, item["call_id"], item["name"], text, status="completed")
             out = [self.emit("response.function_call_arguments.done", item_id=item_id, output_index=i,
@@ -235,8 +250,17 @@ class _Events:
         out: list[bytes] = []
         if call.name is not None:  # a new call: its header
             out += self.close()
-            out += self._start(_call_item(_new_id("fc"), call.id, call.name, "", status="in_progress"))
-        if call.arguments:
+            custom = call.name in self.custom
+            self.input = InputStream() if custom else None
+            out += self._start(_custom_item(_new_id("ctc"), call.id, call.name, "", status="in_progress") if custom
+                               else _call_item(_new_id("fc"), call.id, call.name, "", status="in_progress"))
+        if self.input is not None:
+            piece = self.input.feed(call.arguments)
+            if piece:
+                self.text += piece
+                out.append(self.emit("response.custom_tool_call_input.delta", item_id=self.open["id"],
+                                     output_index=self._index(), delta=piece))
+        elif call.arguments:
             self.text += call.arguments
             out.append(self.emit("response.function_call_arguments.delta", item_id=self.open["id"],
                                  output_index=self._index(), delta=call.arguments))
@@ -245,7 +269,7 @@ class _Events:
 
 def response_stream(state: ServerState, store: ResponseStore, pr: PreparedResponse) -> AsyncIterator[bytes]:
     """The Responses event stream; a failure after the start ends it with ``error`` and ``response.failed``."""
-    ev = _Events()
+    ev = _Events(pr.chat.request.custom_tool_names())
 
     def failed(exc: APIError) -> list[bytes]:
         ev.close(status="incomplete")

@@ -7,6 +7,7 @@ Translating lets one request plan (prompt, constraint, parsers) serve both APIs.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -77,11 +78,14 @@ def _messages(items: Sequence[Any], *, known_calls: set[str]) -> tuple[list[dict
                                   param=f"{where}.role", code="invalid_value")
             messages.append({"role": role, "content": _text(item.get("content"), param=f"{where}.content")})
             sources.append(where)
-        elif kind == "function_call":
-            call_id, name, args = item.get("call_id"), item.get("name"), item.get("arguments", "{}")
+        elif kind in ("function_call", "custom_tool_call"):
+            field = "arguments" if kind == "function_call" else "input"
+            call_id, name, args = item.get("call_id"), item.get("name"), item.get(field, "{}")
             if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not isinstance(args, str):
-                raise bad_request(f"'{where}' is a function_call item: it needs a string 'call_id', 'name' and "
-                                  "'arguments'.", param=where, code="invalid_value")
+                raise bad_request(f"'{where}' is a {kind} item: it needs a string 'call_id', 'name' and "
+                                  f"'{field}'.", param=where, code="invalid_value")
+            if kind == "custom_tool_call":  # made by the model as {"input": ...} (server.chat.custom_tools)
+                args = json.dumps({"input": args}, ensure_ascii=False)
             known_calls.add(call_id)
             call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
             last = messages[-1] if messages else None
@@ -90,7 +94,7 @@ def _messages(items: Sequence[Any], *, known_calls: set[str]) -> tuple[list[dict
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
                 sources.append(where)
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
             if call_id not in known_calls:
                 raise bad_request(f"'{where}.call_id' is {call_id!r}, which no function_call item before it (or in "
@@ -107,15 +111,21 @@ def _messages(items: Sequence[Any], *, known_calls: set[str]) -> tuple[list[dict
                               "'previous_response_id'.", param=f"{where}.type", code="unsupported_item")
         else:
             raise bad_request(f"'{where}.type' is {kind!r}; this server accepts message, function_call, "
-                              "function_call_output and reasoning items.", param=f"{where}.type",
+                              "function_call_output, custom_tool_call, custom_tool_call_output and reasoning items.", param=f"{where}.type",
                               code="invalid_value")
     return messages, sources
 
 
 def _tool(tool: Any, i: int) -> dict[str, Any]:
     where = f"tools[{i}]"
-    if not isinstance(tool, dict) or tool.get("type") != "function":
-        kind = tool.get("type") if isinstance(tool, dict) else None
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if kind == "custom":
+        fmt = tool.get("format") or {"type": "text"}
+        if isinstance(fmt, dict) and fmt.get("type") == "grammar":  # flat in Responses, nested in chat
+            fmt = {"type": "grammar", "grammar": {"syntax": fmt.get("syntax"), "definition": fmt.get("definition")}}
+        return {"type": "custom", "custom": {k: v for k, v in (("name", tool.get("name")), ("format", fmt),
+                                                                  ("description", tool.get("description"))) if v}}
+    if kind != "function":
         raise bad_request(f"'{where}.type' is {kind!r}; this server runs no hosted tools. Declare a function tool "
                           "({\"type\": \"function\", \"name\": ..., \"parameters\": {...}}) and run it yourself.",
                           param=f"{where}.type", code="unsupported_tool")
@@ -222,10 +232,11 @@ def output_messages(output: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in output:
         if item["type"] == "message":
             msg["content"] = (msg["content"] or "") + "".join(p.get("text", "") for p in item["content"])
-        elif item["type"] == "function_call":
+        elif item["type"] in ("function_call", "custom_tool_call"):
+            args = item["arguments"] if item["type"] == "function_call" else json.dumps({"input": item["input"]},
+                                                                                         ensure_ascii=False)
             msg.setdefault("tool_calls", []).append(
-                {"id": item["call_id"], "type": "function",
-                 "function": {"name": item["name"], "arguments": item["arguments"]}})
+                {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": args}})
     if msg["content"] is None and not msg.get("tool_calls"):
         msg["content"] = ""
     return [msg]

@@ -203,3 +203,26 @@ def test_sdk_stream_function_call(make_app):
     assert "response.function_call_arguments.delta" in kinds
     [call] = final.output
     assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
+
+
+SHELL = {"type": "custom", "name": "shell", "description": "Run a shell command.",
+         "format": {"type": "grammar", "syntax": "regex", "definition": r"ls( -[a-z]+)?"}}
+SHELL_CALL = ["<tool_call>\n{\"name\": \"shell\", \"argu", "ments\": {\"input\": \"ls -", "la\"}}\n</tool_call>"]
+
+
+def test_custom_tool_call_items_and_events(make_app):
+    b = make_app(script=script(SHELL_CALL))
+    c = b.client()
+    body = c.post(RESP, json={"input": "List files.", "tools": [SHELL], "tool_choice": "required"}).json()
+    [item] = body["output"]
+    assert item["type"] == "custom_tool_call" and item["name"] == "shell" and item["input"] == "ls -la"
+    ev = stream(c, input="List files.", tools=[SHELL], tool_choice="required")
+    assert "".join(e["delta"] for e in ev if e["type"] == "response.custom_tool_call_input.delta") == "ls -la"
+    assert next(e for e in ev if e["type"] == "response.custom_tool_call_input.done")["input"] == "ls -la"
+    assert ev[-1]["response"]["output"][0]["input"] == "ls -la"
+    b.engine.script = script(["Done."])
+    follow = c.post(RESP, json={"previous_response_id": body["id"], "tools": [SHELL], "input": [
+        {"type": "custom_tool_call_output", "call_id": item["call_id"], "output": "a.txt"}]})
+    assert follow.status_code == 200, follow.text
+    sent = "".join(chr(t) for t in b.engine.requests[-1].prompt_token_ids)
+    assert '"input": "ls -la"' in sent and "a.txt" in sent
