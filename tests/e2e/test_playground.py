@@ -288,9 +288,10 @@ def test_keyboard_only(page):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
 
-    page.reset(mode="text", max_tokens=16)
-    page.drv.get(page.base + "/")
+    page.drv.get(page.base + "/")  # focus starts at the top of a fresh page
     page.wait(lambda: page.all("#model option"), "models listed (key remembered)")
+    page.drv.execute_script("document.getElementById('temperature').value = '0';"
+                            "document.getElementById('max-tokens').value = '16';")  # set-up, not the keyboard part
     keys = ActionChains(page.drv)
     keys.send_keys(Keys.TAB).perform()
     active = page.drv.switch_to.active_element
@@ -333,6 +334,54 @@ def test_narrow_window(page):
         page.shot("11-narrow")
     finally:
         page.drv.set_window_size(1280, 1000)
+
+
+def _frames(*payloads: Any) -> str:
+    return "".join(f"data: {json.dumps(p)}\n\n" for p in payloads) + "data: [DONE]\n\n"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+def _scripted_stream(page: Page, sse: str) -> None:
+    """The page's next chat request gets ``sse`` as its body (this server's frames, scripted):
+    the shapes a server with --reasoning-parser, or one failing mid-stream, sends."""
+    page.drv.execute_script("""
+        const body = arguments[0], real = window.fetch;
+        window.fetch = (url, init) => {
+          if (url !== '/v1/chat/completions') return real(url, init);
+          window.fetch = real;
+          const bytes = new TextEncoder().encode(body);
+          const stream = new ReadableStream({start(c) { c.enqueue(bytes.slice(0, 40)); c.enqueue(bytes.slice(40)); c.close(); }});
+          return Promise.resolve(new Response(stream, {status: 200, headers: {'content-type': 'text/event-stream'}}));
+        };""", sse)
+
+
+def test_reasoning_pane_and_stream_error(page):
+    page.reset(mode="text", max_tokens=16)
+    _scripted_stream(page, _frames(
+        _chunk({"role": "assistant", "content": "", "reasoning_content": "Paris is "}),
+        _chunk({"reasoning_content": "the capital."}),
+        _chunk({"content": "Paris."}, "stop"),
+        {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": "m", "choices": [],
+         "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16,
+                   "completion_tokens_details": {"reasoning_tokens": 5}}}))
+    page.send("Capital of France?")
+    card = page.wait_answer()
+    assert card.find_element(page.By.CSS_SELECTOR, ".reasoning").is_displayed()
+    assert card.find_element(page.By.CSS_SELECTOR, ".reasoning-text").text == "Paris is the capital."
+    assert card.find_element(page.By.CSS_SELECTOR, ".content").text == "Paris."
+    assert "tokens: 9 prompt + 7 completion" in card.text and "5 reasoning" in card.text
+    page.shot("12-reasoning-scripted")
+    _scripted_stream(page, _frames(_chunk({"role": "assistant", "content": "Hel"}), {"error": {
+        "message": "The engine stopped.", "type": "server_error", "param": None, "code": "engine_dead"}}))
+    page.send("Again?")
+    card = page.wait_answer(2)
+    envelope = card.find_element(page.By.CSS_SELECTOR, ".error-envelope").text
+    assert "The engine stopped." in envelope and "engine_dead" in envelope and "server_error" in envelope
+    assert not card.find_element(page.By.CSS_SELECTOR, ".reasoning").is_displayed()
 
 
 # Each case: (schema, instance). The page's verdict must equal jsonschema's on every one.

@@ -388,24 +388,19 @@ const LEVEL_RANK = { EXACT: 0, ANNOTATION: 0, LOOSE: 1, REJECTED: 2 };
 // and the schema with every reported keyword highlighted by level.
 function renderReport(target, report, schemas) {
   target.replaceChildren();
-  target.append(el("p", { class: "report-summary " + (report.ok ? "ok" : "bad"), text: report.ok
-    ? "✓ Every keyword is enforced exactly (strict would accept it)."
-    : "Some keywords are not enforced exactly, or the schema does not compile: see below." }));
+  const all = report.items.flatMap((it) => it.keywords);
+  const count = (level) => all.filter((k) => k.level === level).length;
+  const refused = report.items.filter((it) => !it.compiles).length;
+  const summary = report.ok ? "✓ Every keyword is enforced exactly (strict: true would accept it)."
+    : `${count("REJECTED")} REJECTED, ${count("LOOSE")} LOOSE keyword(s)` +
+      (refused ? "; the server refuses it (a request with it gets 400)." : "; it compiles, strict: true would be refused.");
+  target.append(el("p", { class: "report-summary " + (report.ok ? "ok" : "bad"), text: summary }));
   report.items.forEach((item, i) => {
     const sec = el("section", { class: "report-item" });
     sec.append(el("h3", { text: item.name }));
     sec.append(el("p", { class: item.compiles ? "ok" : "bad", text: item.compiles
       ? `✓ compiles${item.cached ? " (cached)" : ""}${item.compile_seconds !== null ? `, ${(item.compile_seconds * 1000).toFixed(1)} ms` : ""}`
       : `✗ the server refuses this schema: ${item.error}` }));
-    const rows = item.keywords.map((k) => el("tr", { class: "level-" + k.level.toLowerCase() },
-      el("td", {}, el("code", { text: k.keyword })),
-      el("td", {}, el("code", { text: k.pointer })),
-      el("td", {}, el("span", { class: "level level-" + k.level.toLowerCase(), text: k.level })),
-      el("td", { text: k.note || "" })));
-    sec.append(el("table", { class: "keywords" },
-      el("caption", { class: "small muted", text: "How each keyword is enforced (pointer: the schema that holds it)" }),
-      el("thead", {}, el("tr", {}, ["keyword", "pointer", "level", "note"].map((h) => el("th", { scope: "col", text: h })))),
-      el("tbody", {}, rows)));
     const schema = schemas[i];
     if (schema !== undefined) {
       const view = jsonView(schema);
@@ -420,8 +415,21 @@ function renderReport(target, report, schemas) {
           node.title = `${k.level}${k.note ? ": " + k.note : ""}`;
         }
       }
-      sec.append(el("p", { class: "small muted", text: "Highlighted: LOOSE (compiled, not fully enforced) and REJECTED (does not compile)." }), view);
+      sec.append(el("p", { class: "small muted legend" }, "Highlighted in the schema: ",
+        el("span", { class: "key hl-loose", text: "LOOSE" }), " compiled, not fully enforced", "; ",
+        el("span", { class: "key hl-rejected", text: "REJECTED" }), " does not compile."), view);
     }
+    // Not-exact keywords first; within a level, the server's order.
+    const sorted = item.keywords.map((k, j) => [k, j])
+      .sort((a, b) => (LEVEL_RANK[b[0].level] - LEVEL_RANK[a[0].level]) || (a[1] - b[1])).map(([k]) => k);
+    const rows = sorted.map((k) => el("tr", { class: "level-" + k.level.toLowerCase() },
+      el("td", {}, el("span", { class: "level level-" + k.level.toLowerCase(), text: k.level })),
+      el("td", {}, el("code", { class: "kw", text: k.keyword }), el("br"), el("code", { class: "ptr", text: k.pointer })),
+      el("td", { text: k.note || "" })));
+    sec.append(el("table", { class: "keywords" },
+      el("caption", { class: "small muted", text: "Each keyword, at the JSON pointer of the schema that holds it" }),
+      el("thead", {}, el("tr", {}, ["level", "keyword / pointer", "note"].map((h) => el("th", { scope: "col", text: h })))),
+      el("tbody", {}, rows)));
     target.append(sec);
   });
 }
@@ -725,7 +733,7 @@ function finish(card, content, calls, stats, turn, ctx, aborted) {
     const params = tool.function.parameters || { type: "object", properties: {} };
     call.node.append(validationBox(params, call.args, turn.finish, `arguments of ${call.name}`).box);
   }
-  if (aborted && !turn.content && !done.length) return;  // nothing to keep
+  if (!turn.content && !done.length) return;  // nothing to keep in the conversation
   const msg = { role: "assistant", content: turn.content || null };
   if (done.length) {
     msg.tool_calls = done.map((c) => ({ id: c.id, type: "function", function: { name: c.name, arguments: c.args } }));
