@@ -226,3 +226,28 @@ def test_custom_tool_call_items_and_events(make_app):
     assert follow.status_code == 200, follow.text
     sent = "".join(chr(t) for t in b.engine.requests[-1].prompt_token_ids)
     assert '"input": "ls -la"' in sent and "a.txt" in sent
+
+
+def test_accepted_but_ignored_fields_change_nothing(make_app):
+    """The README's list of accepted-but-ignored parameters: each is served, and the prompt and
+    sampling are what they are without it."""
+    from server.responses.protocol import IGNORED_FIELDS
+
+    b = make_app()
+    c = b.client()
+    values = {"service_tier": "auto", "prompt_cache_key": "k", "prompt_cache_retention": "24h",
+              "safety_identifier": "u1", "user": "u1", "truncation": "auto", "include": ["reasoning.encrypted_content"],
+              "stream_options": {"include_obfuscation": False}, "top_logprobs": 2, "max_tool_calls": 3}
+    assert set(values) == set(IGNORED_FIELDS)
+    plain = c.post(RESP, json={"input": "Hi"})
+    base = b.engine.requests[-1]
+    r = c.post(RESP, json={"input": "Hi", **values})
+    assert r.status_code == 200 and r.json()["output"] == [
+        {**plain.json()["output"][0], "id": r.json()["output"][0]["id"]}]
+    assert b.engine.requests[-1].prompt_token_ids == base.prompt_token_ids
+    assert b.engine.requests[-1].sampling == base.sampling
+    chat_extras = {"store": True, "metadata": {"a": "b"}, "service_tier": "auto", "user": "u", "prompt_cache_key": "k",
+                   "safety_identifier": "u", "modalities": ["text"], "prediction": {"type": "content", "content": "x"},
+                   "web_search_options": {}, "verbosity": "low"}
+    r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], **chat_extras})
+    assert r.status_code == 200 and b.engine.requests[-1].sampling == base.sampling
