@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--api-key", default=None, help="bearer key (default: $OPENAI_API_KEY)")
     p.add_argument("--model", default=None, help="model name (default: the server's first model)")
     p.add_argument("--tool-choice", default="auto", choices=["auto", "required"], help="default: %(default)s")
+    p.add_argument("--first-turn", default=None, choices=["auto", "required"], help="tool_choice of the first turn only")
     p.add_argument("--max-iterations", type=int, default=6, help="tool turns before answering (default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=256, help="per model turn (default: %(default)s)")
     p.add_argument("--db", type=Path, default=None, help="database file (default: a fresh copy in a temp folder)")
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     client = make_client(base_url=args.base_url, api_key=args.api_key)
     model = args.model or client.models.list().data[0].id
     agent = Agent(client=client, model=model, tools=default_tools(db_path=args.db),
-                  tool_choice=args.tool_choice, max_iterations=args.max_iterations,
+                  tool_choice=args.tool_choice, first_tool_choice=args.first_turn, max_iterations=args.max_iterations,
                   max_tokens=args.max_tokens, on_step=print_step if args.trace else None)
     result = agent.run(" ".join(args.question))
     if args.trace_file:

@@ -212,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--api-key", default=None)
     p.add_argument("--model", default=None, help="default: the server's first model")
     p.add_argument("--tool-choice", default="auto", choices=["auto", "required"], help="default: %(default)s")
+    p.add_argument("--first-turn", default=None, choices=["auto", "required"],
+                   help="tool_choice of the first turn only (default: --tool-choice); 'required' measures "
+                        "which tool the model picks when it must pick one")
     p.add_argument("--max-iterations", type=int, default=6)
     p.add_argument("--max-tokens", type=int, default=400)
     p.add_argument("--items", type=Path, default=ITEMS)
@@ -225,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     client = make_client(base_url=args.base_url, api_key=args.api_key)
     model = args.model or client.models.list().data[0].id
     agent = Agent(client=client, model=model, tools=default_tools(), tool_choice=args.tool_choice,
-                  max_iterations=args.max_iterations, max_tokens=args.max_tokens)
+                  first_tool_choice=args.first_turn, max_iterations=args.max_iterations, max_tokens=args.max_tokens)
     args.out.mkdir(parents=True, exist_ok=True)
     scores: list[ItemScore] = []
     with open(args.out / "results.jsonl", "w") as log, tqdm(items, desc="agent eval", unit="q") as bar:
@@ -238,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
             bar.set_postfix(tsa=f"{sum(s.exact for s in scores) / len(scores):.2f}")
     summary = summarise(scores)
     meta = {"command": "python -m examples.agent.eval " + shlex.join(argv if argv is not None else sys.argv[1:]),
-            "model": model, "base_url": args.base_url, "tool_choice": args.tool_choice,
+            "model": model, "base_url": args.base_url,
+            "tool_choice": args.tool_choice + (f" (first turn: {args.first_turn})" if args.first_turn else ""),
             "max_iterations": args.max_iterations, "max_tokens": args.max_tokens,
             "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
     report = write_report(args.out, scores, summary, meta=meta)

@@ -98,7 +98,8 @@ class RunResult:
 
 class Agent:
     def __init__(self, *, client: Any, model: str, tools: Sequence[Tool], system_prompt: str = SYSTEM_PROMPT,
-                 max_iterations: int = 6, tool_choice: Any = "auto", max_tokens: int = 256,
+                 max_iterations: int = 6, tool_choice: Any = "auto", first_tool_choice: Any = None,
+                 max_tokens: int = 256,
                  temperature: float = 0.0, cache: TTLCache | None = None, max_workers: int = 4,
                  max_observation_chars: int = 2000, on_step: Callable[[Step], None] | None = None) -> None:
         if max_iterations < 1:
@@ -110,6 +111,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.max_iterations = max_iterations
         self.tool_choice = tool_choice
+        self.first_tool_choice = first_tool_choice  # e.g. "required" for the first turn only; None: tool_choice
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.cache = cache if cache is not None else TTLCache()
@@ -125,7 +127,8 @@ class Agent:
         result = RunResult(question=question, answer="", steps=[])
         with ThreadPoolExecutor(max_workers=self.max_workers, thread_name_prefix="tool") as pool:
             for iteration in range(1, self.max_iterations + 1):
-                step = self._turn(messages, result, iteration, tool_choice=self.tool_choice)
+                choice = self.first_tool_choice if iteration == 1 and self.first_tool_choice is not None else self.tool_choice
+                step = self._turn(messages, result, iteration, tool_choice=choice)
                 if step is None:
                     break
                 if not step.actions:

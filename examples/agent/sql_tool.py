@@ -215,12 +215,12 @@ def sql_tool(db_path: Path | str, **options: Any) -> Tool:
     impl = SqlTool(db_path, **options)
     description = (
         "Run ONE read-only SQLite SELECT over the company's procurement database and get rows back. "
-        "Use it for numbers, counts, sums, averages, lists and lookups of orders, contracts, providers "
-        "and regions (e.g. 'How many orders in March?', 'Sum the Q3 contracts', 'Which provider has the "
-        "highest rating?'). Dates are 'YYYY-MM-DD' text; orders are from 2024; amounts and totals are "
-        "in USD; quarter is 1-4. Put every literal value in params and use ? placeholders, e.g. "
-        "query \"SELECT count(*) FROM orders WHERE strftime('%m', order_date) = ?\", params [\"03\"]. "
-        f"At most {impl.max_rows} rows are returned.\n"
+        "Use it for numbers, counts, sums, averages, rankings, lists and lookups of orders, contracts, "
+        "providers and regions (e.g. 'How many orders were delivered in May?', 'Total contract amount "
+        "per region', 'Which providers are in Japan?'). Dates are 'YYYY-MM-DD' text; orders are from "
+        "2024; amounts and totals are in USD; quarter is 1-4. Put every literal value in params and "
+        "use ? placeholders, e.g. query \"SELECT name FROM providers WHERE country = ?\", params "
+        f"[\"Japan\"]. At most {impl.max_rows} rows are returned.\n"
         "NOT for: what a policy, clause or procedure says (use vector_search); news, market prices or "
         "anything outside the company (use web_search); changing data (INSERT, UPDATE, DELETE, DROP "
         "are refused).\nTables:\n" + impl.schema_text()

@@ -113,8 +113,8 @@ def vector_tool(index: VectorIndex | None = None, *, max_k: int = 5) -> Tool:
     description = (
         "Search the company's internal documents by meaning and get the most relevant passages back. "
         "Use it for what a policy, contract clause or procedure says: rules, deadlines, obligations, "
-        "penalties, approvals, steps (e.g. 'What does the returns policy say?', 'notice period for "
-        "termination', 'who approves purchases over 250,000 USD?'). Documents: " + "; ".join(docs) + ".\n"
+        "penalties, approvals, steps (e.g. 'Is there a restocking fee?', 'Which clause covers "
+        "strikes?', 'How are expense claims filed?'). Documents: " + "; ".join(docs) + ".\n"
         "NOT for: counting, summing or listing orders, contracts, providers or amounts (use "
         "sql_query); news, market prices, weather or anything outside the company (use web_search)."
     )

@@ -20,7 +20,7 @@ def web_tool(backend: Callable[[str], Any] | None = None) -> Tool:
     description = (
         "Search the public internet for facts from outside the company: current market prices "
         "(e.g. copper, steel, oil), exchange rates, news, weather, public information about other "
-        "companies or laws (e.g. 'What is the price of copper today?').\n"
+        "companies or laws (e.g. 'gold price today', 'latest container shipping news').\n"
         "NOT for: the company's own orders, contracts, providers or amounts (use sql_query); the "
         "company's own policies, clauses or procedures (use vector_search)."
     )

@@ -29,6 +29,17 @@ def test_items_cover_the_seed_cases_and_two_tool_questions():
         assert sum(tool in i["expected_tools"] for i in items) >= 8
 
 
+def test_no_eval_question_is_quoted_in_a_tool_description(tmp_path):
+    """The descriptions give examples; none may be an eval question (that would score the copy)."""
+    from examples.agent import default_tools
+    from examples.agent.vector_tool import VectorIndex, load_chunks
+
+    tools = default_tools(db_path=tmp_path / "db.sqlite", index=VectorIndex(load_chunks()))  # the model never loads
+    for tool in tools:
+        for item in load_items():
+            assert item["question"].lower().rstrip("?.") not in tool.description.lower(), (tool.name, item["id"])
+
+
 def test_score_exact_set_and_key_arguments():
     item = {"id": "x", "question": "q", "expected_tools": ["sql_query", "vector_search"],
             "key_args": {"sql_query": ["orders", "03|march"], "vector_search": ["return"]}}

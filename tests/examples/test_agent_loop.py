@@ -195,6 +195,13 @@ def test_iteration_limit_answers_with_what_it_has_and_says_so():
     assert "used all your tool turns" in server.requests[-1]["messages"][-1]["content"]
 
 
+def test_first_turn_tool_choice_applies_to_the_first_turn_only():
+    tool, _ = counting_tool()
+    server = FakeServer([completion(("lookup", {"x": 1})), completion(content="ok")])
+    agent(server, [tool], first_tool_choice="required").run("q")
+    assert [r["tool_choice"] for r in server.requests] == ["required", "auto"]
+
+
 def test_default_iteration_limit_is_six():
     tool, _ = counting_tool(cacheable=False)
     server = FakeServer([*(completion(("lookup", {"x": i})) for i in range(6)), completion(content="x")])
