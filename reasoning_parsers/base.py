@@ -47,26 +47,38 @@ class ReasoningParser:
 
     def split(self, text: str, *, final: bool) -> tuple[str, str]:
         """``(reasoning, rest)`` of the whole text so far."""
-        p = len(text) - len(text.lstrip())
-        if text.startswith(self.start, p):
-            body = p + len(self.start)
-        elif not final and self.start.startswith(text[p:]):
-            return "", ""  # whitespace or a partial start marker: wait
-        elif self.open_at_start:
+        reasoning, rest, _ = self.split_at(text, final=final)
+        return reasoning, rest
+
+    def split_at(self, text: str, *, final: bool, inside: bool = False) -> tuple[str, str, int | None]:
+        """:meth:`split`, plus where it is settled: ``text[:pos]`` gave all of this reasoning,
+        which every longer text's reasoning starts with, and ``split_at(text[pos:], inside=True)``
+        gives the rest (so a stream need not re-read the block). ``inside``: the text starts
+        within the block. None: nothing to settle (the block ended, or has not started)."""
+        if inside:
             body = 0
         else:
-            return "", text
+            p = len(text) - len(text.lstrip())
+            if text.startswith(self.start, p):
+                body = p + len(self.start)
+            elif not final and self.start.startswith(text[p:]):
+                return "", "", None  # whitespace or a partial start marker: wait
+            elif self.open_at_start:
+                body = 0
+            else:
+                return "", text, None
         at = text.find(self.end, body)
         if at >= 0:  # the end marker decides, even with tool-call text drafted inside the block
-            return text[body:at], text[at + len(self.end):]
+            return text[body:at], text[at + len(self.end):], None
         tool_at = min((i for i in (text.find(m, body) for m in self.tool_start) if i >= 0), default=-1)
         if tool_at >= 0:
             # A call without the end marker: the model forgot it (the call is real) or is still
             # thinking (the end marker comes later). Only the end of the output can tell.
-            return text[body:tool_at], text[tool_at:] if final else ""
+            return text[body:tool_at], text[tool_at:] if final else "", tool_at
         if final:
-            return text[body:], ""
-        return text[body : self._hold_from(text, body)], ""
+            return text[body:], "", None
+        hold = self._hold_from(text, body)
+        return text[body:hold], "", hold
 
     def _hold_from(self, text: str, body: int) -> int:
         """Start of a possible partial marker at the end of the text (or its length)."""

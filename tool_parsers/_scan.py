@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -200,16 +198,11 @@ class ScanCache:
         self._text: str | None = None
         self._grown = False
 
-    @contextmanager
-    def active(self, *, grown: bool = False) -> Iterator[None]:
-        """Use the cache for scans in this block. ``grown``: the caller guarantees the text
-        now scanned extends the text scanned last time (skips the prefix check)."""
+    def active(self, *, grown: bool = False) -> _Active:
+        """Use the cache for scans in a ``with`` block. ``grown``: the caller guarantees the
+        text now scanned extends the text scanned last time (skips the prefix check)."""
         self._grown = grown
-        token = _ACTIVE.set(self)
-        try:
-            yield
-        finally:
-            _ACTIVE.reset(token)
+        return _Active(self)
 
     def clear(self) -> None:
         self._entries.clear()
@@ -224,6 +217,21 @@ class ScanCache:
 
 
 _ACTIVE: ContextVar[ScanCache | None] = ContextVar("gramserve_scan_cache", default=None)
+
+
+class _Active:
+    """The ``with`` block of :meth:`ScanCache.active` (a class: cheaper than a generator per token)."""
+
+    __slots__ = ("_cache", "_token")
+
+    def __init__(self, cache: ScanCache) -> None:
+        self._cache = cache
+
+    def __enter__(self) -> None:
+        self._token = _ACTIVE.set(self._cache)
+
+    def __exit__(self, *exc: object) -> None:
+        _ACTIVE.reset(self._token)
 
 
 def _cache_for(text: str) -> dict | None:
@@ -264,7 +272,9 @@ def scan_object(text: str, pos: int) -> ObjectScan:
         key_end = _scan_string(text, i)
         if key_end is None:
             return ObjectScan(members, None, first_key)
-        key = json.loads(text[i:key_end])
+        key = text[i + 1 : key_end - 1]
+        if "\\" in key:
+            key = json.loads(text[i:key_end])
         if first_key is None:
             first_key = key
         i = skip_ws(text, key_end)
@@ -329,10 +339,12 @@ def partial_marker_start(text: str, markers: tuple[str, ...], start: int = 0) ->
     n = len(text)
     best = n
     for marker in markers:
-        for k in range(min(len(marker) - 1, n - start), 0, -1):
-            if text.endswith(marker[:k]):
-                best = min(best, n - k)
+        j = text.find(marker[0], max(start, n - len(marker) + 1))
+        while 0 <= j < best:
+            if marker.startswith(text[j:]):
+                best = j
                 break
+            j = text.find(marker[0], j + 1)
     return best
 
 
@@ -340,7 +352,8 @@ def decode_string(text: str, start: int, end: int) -> str | None:
     """The JSON string ``text[start:end]`` decoded, or None if that value is not a string."""
     if text[start] != '"':
         return None
-    return json.loads(text[start:end])
+    body = text[start + 1 : end - 1]
+    return json.loads(text[start:end]) if "\\" in body else body
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,11 @@
 
 A parser is a pure function of the text generated so far: ``parse(text, final=...)``.
 It keeps no streaming state; the server diffs two successive parses (see
-``server.stream.compute_deltas``) to produce OpenAI deltas.
+``server.chat.message_stream.compute_deltas``) to produce OpenAI deltas. So that a stream
+does not re-read its whole text per token, a parse also names a :class:`Checkpoint`: a
+point before which its result is settled, and how to parse on from there (``resume``).
+The server parses only the text after the last checkpoint; a parse from the start gives
+the same result.
 
 Each parser also describes its output format as data (:class:`CallFormat`) so the
 constraints code can build grammars / structural tags without the parser knowing about
@@ -16,7 +20,7 @@ from typing import Callable, ClassVar
 
 from ._scan import ScanCache
 
-__all__ = ["ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "ScanCache"]
+__all__ = ["Checkpoint", "ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "ScanCache"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,21 @@ class ToolCallPart:
 
 
 @dataclass(frozen=True)
+class Checkpoint:
+    """Where a parse is settled: ``text[:pos]`` gives ``content[:content]``,
+    ``tool_calls[:calls]`` (complete calls) and ``errors[:errors]`` of this parse and of the
+    parse of every longer text, final or not; ``parse(text[pos:], resume=resume)`` gives the
+    rest of it. ``resume`` is the parser's own word for its state there (None: as at the
+    start of the output)."""
+
+    pos: int
+    content: int
+    calls: int
+    errors: int
+    resume: str | None = None
+
+
+@dataclass(frozen=True)
 class ParsedTools:
     """Result of one parse: text outside calls, and the calls in order."""
 
@@ -42,6 +61,11 @@ class ParsedTools:
     # Set by the parser when a call could not be parsed; the call's text is then
     # returned as content and this says why, for logs and metrics.
     errors: tuple[str, ...] = field(default=())
+    checkpoint: Checkpoint | None = None  # the furthest settled point (None: nothing settled)
+    # ``(start, end)`` of each malformed call's region (its text kept as content); end is None
+    # while the region is still open (streaming). A stream that already sent part of such a
+    # call resumes parsing at ``end``.
+    malformed: tuple[tuple[int, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,9 +124,10 @@ class ToolParser(ABC):
             setattr(self, key, value)
 
     @abstractmethod
-    def parse(self, text: str, *, final: bool) -> ParsedTools:
-        """Parse the whole text so far. While not final, hold back text that may be
-        the start of a marker (never emit a partial marker as content)."""
+    def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
+        """Parse the whole text so far (or, with ``resume`` from a :class:`Checkpoint`, the
+        text after it). While not final, hold back text that may be the start of a marker
+        (never emit a partial marker as content)."""
 
 
 @dataclass(frozen=True)

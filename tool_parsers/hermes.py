@@ -16,7 +16,7 @@ from typing import ClassVar
 
 from ._content import ContentBuilder, next_marker
 from ._scan import CallObject, JsonError, partial_marker_start, scan_call_object, skip_ws, unwrap_string_arguments
-from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
+from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["HermesToolParser", "FAMILIES"]
 
@@ -31,12 +31,15 @@ class HermesToolParser(ToolParser):
         trigger="<tool_call>", section_begin="", call_begin='<tool_call>\n{"name": "', name_end='", "arguments": ',
         call_end="}\n</tool_call>", separator="\n", section_end="")
 
-    def parse(self, text: str, *, final: bool) -> ParsedTools:
-        out = ContentBuilder()
+    def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
+        out = ContentBuilder(resume=resume)
         calls: list[ToolCallPart] = []
         errors: list[str] = []
+        bad: list[tuple[int, int | None]] = []
+        checkpoint: Checkpoint | None = None
         pos = 0
         while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
+            checkpoint = out.checkpoint(i, len(calls), len(errors), at_marker=True) or checkpoint
             body = i + len(self.start)
             try:
                 p = skip_ws(text, body)
@@ -53,16 +56,22 @@ class HermesToolParser(ToolParser):
                 if stop < 0:
                     cut = len(text) if final else partial_marker_start(text, (self.end,), body)
                     out.add(text[body:cut].lstrip())
+                    bad.append((i, len(text) if final else None))
                     break
                 out.add(text[body:stop].lstrip())
                 pos = stop + len(self.end)
+                bad.append((i, pos))
                 continue
             out.call()
             end = self._calls_in_block(text, obj, final=final, calls=calls)
             if end is None:  # cut off while streaming
                 break
-            pos = self._after_call(text, end, final=final, errors=errors, out=out)
-        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors))
+            pos, closed = self._after_call(text, end, final=final, errors=errors, out=out)
+            if closed:
+                checkpoint = out.checkpoint(pos, len(calls), len(errors)) or checkpoint
+        else:
+            checkpoint = out.tail_checkpoint(text, pos, len(calls), len(errors)) or checkpoint
+        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad))
 
     def _calls_in_block(self, text: str, obj: CallObject | None, *, final: bool,
                         calls: list[ToolCallPart]) -> int | None:
@@ -89,23 +98,25 @@ class HermesToolParser(ToolParser):
                 return obj.end
             obj = nxt
 
-    def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str], out: ContentBuilder) -> int:
+    def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str],
+                    out: ContentBuilder) -> tuple[int, bool]:
         """Where content resumes after a call's JSON: past the end marker (text between the
-        JSON and the marker is returned as content, never dropped)."""
+        JSON and the marker is returned as content, never dropped); and whether the call is
+        closed there (what follows cannot change it)."""
         q = skip_ws(text, obj_end)
         if text.startswith(self.end, q):
-            return q + len(self.end)
+            return q + len(self.end), True
         if self.end.startswith(text[q:]):  # end marker (or nothing) still to come
-            return len(text)
+            return len(text), False
         stop, nxt = text.find(self.end, q), text.find(self.start, q)
         if stop >= 0 and (nxt < 0 or stop < nxt):
             errors.append(f"{self.name}: text after the call's JSON kept as content: {text[q:stop]!r}")
             out.add(text[q:stop])
-            return stop + len(self.end)
+            return stop + len(self.end), True
         if nxt >= 0:  # end marker missing, another call follows: the gap is content
-            return obj_end
+            return obj_end, True
         # Neither marker (yet): hold while streaming; at the end the rest is content.
-        return obj_end if final else len(text)
+        return (obj_end, False) if final else (len(text), False)
 
 
 FAMILIES = (

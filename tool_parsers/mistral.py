@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from ._content import ContentBuilder, next_marker
 from ._scan import JsonError, partial_marker_start, scan_array, scan_call_object, scan_value, skip_ws
-from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
+from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["MistralToolParser", "V11_FORMAT", "V13_FORMAT", "mistral_tool_call_id", "FAMILIES"]
 
@@ -42,12 +42,15 @@ class MistralToolParser(ToolParser):
         trigger="[TOOL_CALLS]", section_begin="[TOOL_CALLS] [", call_begin='{"name": "', name_end='", "arguments": ',
         call_end="}", separator=", ", section_end="]")
 
-    def parse(self, text: str, *, final: bool) -> ParsedTools:
-        out = ContentBuilder()
+    def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
+        out = ContentBuilder(resume=resume)
         calls: list[ToolCallPart] = []
         errors: list[str] = []
+        bad: list[tuple[int, int | None]] = []
+        checkpoint: Checkpoint | None = None
         pos = 0
         while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
+            checkpoint = out.checkpoint(i, len(calls), len(errors), at_marker=True) or checkpoint
             body = skip_ws(text, i + len(self.start))
             try:
                 section, end = self._section(text, body, final=final, errors=errors)
@@ -57,8 +60,10 @@ class MistralToolParser(ToolParser):
                 if nxt < 0:
                     cut = len(text) if final else partial_marker_start(text, (self.start,), body)
                     out.add(text[body:cut])
+                    bad.append((i, len(text) if final else None))
                     break
                 out.add(text[body:nxt])
+                bad.append((i, nxt))
                 pos = nxt
                 continue
             if section:
@@ -67,7 +72,10 @@ class MistralToolParser(ToolParser):
             if end is None:  # cut off while streaming
                 break
             pos = end
-        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors))
+            checkpoint = out.checkpoint(pos, len(calls), len(errors)) or checkpoint
+        else:
+            checkpoint = out.tail_checkpoint(text, pos, len(calls), len(errors)) or checkpoint
+        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad))
 
     def _section(self, text: str, p: int, *, final: bool,
                  errors: list[str]) -> tuple[list[ToolCallPart], int | None]:

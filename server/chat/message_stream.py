@@ -33,7 +33,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from reasoning_parsers.base import ReasoningParser
-from tool_parsers.base import ScanCache, ToolCallPart, ToolParser
+from tool_parsers._content import AFTER_CALL
+from tool_parsers.base import Checkpoint, ScanCache, ToolCallPart, ToolParser
 
 __all__ = [
     "Parsed",
@@ -117,16 +118,24 @@ class StreamRetractionError(ValueError):
     """The new parse contradicts text already sent; deltas cannot express that."""
 
 
+_SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
+_CHECK = 32  # how much of the sent text is compared with the new parse (the rest by length)
+
+
 def _grown(previous: str, current: str, what: str) -> str:
-    if not current.startswith(previous):
+    # Parsers only extend what they returned (checkpoints keep these strings short); the
+    # tail comparison catches a parse that changed its mind, without re-reading all of it.
+    k = len(previous)
+    if len(current) < k or (k and not current.startswith(previous[-_CHECK:], max(0, k - _CHECK))):
         raise StreamRetractionError(
             f"{what} would have to be retracted: sent {previous[-40:]!r}, now {current[-40:]!r}"
         )
-    return current[len(previous) :]
+    return current[k:]
 
 
-def compute_deltas(previous: Parsed, current: Parsed) -> MessageDelta | None:
-    """The delta from ``previous`` to ``current`` (None when nothing new).
+def compute_deltas(previous: Parsed, current: Parsed, *, first_index: int = 0) -> MessageDelta | None:
+    """The delta from ``previous`` to ``current`` (None when nothing new). ``first_index``:
+    the OpenAI index of their first call (when both hold only the calls after it).
 
     Raises :class:`StreamRetractionError` when ``current`` does not extend ``previous``.
     """
@@ -138,33 +147,31 @@ def compute_deltas(previous: Parsed, current: Parsed) -> MessageDelta | None:
         raise StreamRetractionError(f"{len(sent) - len(now)} streamed tool call(s) disappeared")
     deltas: list[ToolCallDelta] = []
     for index, call in enumerate(now):
+        at = first_index + index
         if index < len(sent):
             old = sent[index]
             if call.name != old.name or current.tool_call_ids[index] != previous.tool_call_ids[index]:
-                raise StreamRetractionError(f"tool call {index} changed from {old.name!r} to {call.name!r}")
-            fragment = _grown(old.arguments, call.arguments, f"arguments of tool call {index}")
+                raise StreamRetractionError(f"tool call {at} changed from {old.name!r} to {call.name!r}")
+            fragment = _grown(old.arguments, call.arguments, f"arguments of tool call {at}")
         else:
-            deltas.append(ToolCallDelta(index, current.tool_call_ids[index], call.name, ""))
+            deltas.append(ToolCallDelta(at, current.tool_call_ids[index], call.name, ""))
             fragment = call.arguments
         if fragment:
-            deltas.append(ToolCallDelta(index, None, None, fragment))
+            deltas.append(ToolCallDelta(at, None, None, fragment))
     if not (reasoning or content or deltas):
         return None
     return MessageDelta(reasoning or None, content or None, tuple(deltas))
 
 
-def _apply(parsed: Parsed, delta: MessageDelta) -> Parsed:
-    """``parsed`` plus ``delta`` (used when the stream itself adds a closing fragment)."""
-    calls = list(parsed.tool_calls)
-    for d in delta.tool_calls:
-        old = calls[d.index]
-        calls[d.index] = ToolCallPart(old.name, old.arguments + d.arguments, old.complete)
-    return Parsed(
-        parsed.reasoning + (delta.reasoning or ""),
-        parsed.content + (delta.content or ""),
-        tuple(calls),
-        parsed.tool_call_ids,
-    )
+@dataclass
+class _Settled:
+    """What lies before the stream's checkpoint: sent, final, never parsed again."""
+
+    reasoning: list[str] = field(default_factory=list)
+    content: list[str] = field(default_factory=list)
+    calls: list[ToolCallPart] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
 
 
 class MessageStream:
@@ -173,8 +180,13 @@ class MessageStream:
     ``tool_names``: when given, calls to other names are dropped (never streamed, listed
     in ``dropped``). Calls are streamed only once their name is complete and validated.
     ``streaming=False`` (non-streamed requests): :meth:`feed` only collects text and
-    returns None; :meth:`finish` parses once, so the parsers' final verdict on malformed
-    calls applies (and nothing is re-parsed per chunk).
+    returns None; :meth:`finish` parses the whole text once, so the parsers' final verdict
+    on malformed calls applies.
+
+    Cost: each feed parses only the text after the last checkpoint (the reasoning parser's
+    settled point, then the tool parser's :class:`~tool_parsers.base.Checkpoint`), and JSON
+    scans resume where they stopped (:class:`ScanCache`), so the work per token does not grow
+    with the length of the output.
     """
 
     def __init__(
@@ -191,24 +203,39 @@ class MessageStream:
         self._reasoning_parser = reasoning_parser
         self._tool_names = None if tool_names is None else frozenset(tool_names)
         self._id_factory = id_factory
-        self._text = ""
-        self._sent = Parsed("", "")
-        self._ids: list[str] = []
-        self._dropped: tuple[str, ...] = ()
-        self._parse_errors: tuple[str, ...] = ()
-        self._stream_errors: list[str] = []
-        self._frozen = False
-        self._finished = False
         self._streaming = streaming
         self._guard = guard_repeats and tool_parser is not None
+        self._chunks: list[str] = []
+        self._ids: list[str] = []
+        self._finished = False
         self._repeat: str | None = None  # set once a duplicate call ended the turn
         self._parsed_args: dict[str, object] = {}  # arguments text -> JSON value (parsed once, not per token)
-        self._scan_cache = ScanCache()  # makes re-parsing the growing text cheap
+        self._start("")
+
+    def _start(self, text: str) -> None:
+        """(Re)start parsing at the beginning of the output, with ``text``."""
+        self._done = _Settled()
+        self._sent = Parsed("", "")  # what was sent after the checkpoint (same origin as a parse)
+        self._in_reasoning = self._reasoning_parser is not None
+        self._reasoning_text = text if self._in_reasoning else ""  # reasoning parser's input after its checkpoint
+        self._inside = False  # that input starts within the reasoning block
+        self._reasoning = ""  # the reasoning once the block ended
+        self._tail = "" if self._in_reasoning else text  # tool parser's input after its checkpoint
+        self._resume: str | None = None
+        self._grown = False
+        self._reasoning_settled: int | None = None
+        self._bad: tuple[tuple[int, int | None], ...] = ()  # malformed regions in the last parse
+        self._known_bad: frozenset[int] = frozenset()  # their starts when it was sent
+        self._frozen = False
+        self._stream_errors: list[str] = []
+        self._tail_errors: tuple[str, ...] = ()
+        self._tail_dropped: tuple[str, ...] = ()
+        self._scan_cache = ScanCache()
 
     @property
     def text(self) -> str:
         """All generated text fed so far."""
-        return self._text
+        return "".join(self._chunks)
 
     @property
     def repeat(self) -> str | None:
@@ -218,7 +245,10 @@ class MessageStream:
     @property
     def parsed(self) -> Parsed:
         """What the deltas returned so far add up to."""
-        return self._sent
+        done, sent = self._done, self._sent
+        calls = tuple(done.calls) + sent.tool_calls
+        return Parsed("".join(done.reasoning) + sent.reasoning, "".join(done.content) + sent.content,
+                      calls, tuple(self._ids[: len(calls)]))
 
     def feed(self, text_delta: str) -> MessageDelta | None:
         """Add generated text; the delta to send (None when nothing can be sent yet)."""
@@ -226,12 +256,12 @@ class MessageStream:
             raise RuntimeError("MessageStream.feed() after finish()")
         if not text_delta or self._repeat is not None:  # after a repeat, the turn is over
             return None
-        self._text += text_delta
-        if not self._streaming:
-            if self._guard:  # a non-streamed turn also ends at its first repeat
-                self._parse(final=False)
+        self._chunks.append(text_delta)
+        if not self._streaming and not self._guard:
             return None
-        return self._advance(final=False)
+        self._append(text_delta)
+        delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
+        return delta if self._streaming else None
 
     def finish(self, text_delta: str = "") -> MessageDelta | None:
         """Add the last text (if any), parse for the last time and flush held-back text.
@@ -240,20 +270,24 @@ class MessageStream:
         """
         if self._finished:
             raise RuntimeError("MessageStream.finish() called twice")
-        if self._repeat is None:
-            self._text += text_delta
+        if self._repeat is None and text_delta:
+            self._chunks.append(text_delta)
+            self._append(text_delta)
         self._finished = True
+        if not self._streaming:  # one parse of the whole text: the parsers' final verdict
+            self._start(self.text)
         delta = self._advance(final=True)
         # A call the stream could not complete (see module docstring) still ends as
         # valid-looking "{}" when no argument text was sent at all.
+        first = len(self._done.calls)
         closing = tuple(
-            ToolCallDelta(i, None, None, "{}")
+            ToolCallDelta(first + i, None, None, "{}")
             for i, call in enumerate(self._sent.tool_calls)
             if call.name is not None and call.arguments == ""
         )
         if closing:
             extra = MessageDelta(tool_calls=closing)
-            self._sent = _apply(self._sent, extra)
+            self._sent = _apply(self._sent, extra, first)
             if delta is None:
                 return extra
             return MessageDelta(delta.reasoning, delta.content, delta.tool_calls + closing)
@@ -261,7 +295,7 @@ class MessageStream:
 
     def final_message(self) -> FinalMessage:
         """The whole message; equal to the concatenation of every delta returned."""
-        sent = self._sent
+        sent = self.parsed
         calls = [
             FinalToolCall(sent.tool_call_ids[i], call.name, call.arguments or "{}")
             for i, call in enumerate(sent.tool_calls)
@@ -271,10 +305,17 @@ class MessageStream:
             reasoning=sent.reasoning or None,
             content=sent.content or None,
             tool_calls=calls,
-            dropped=list(self._dropped),
-            errors=list(self._parse_errors) + self._stream_errors,
+            dropped=self._done.dropped + list(self._tail_dropped),
+            errors=self._done.errors + list(self._tail_errors) + self._stream_errors,
             repeated=[self._repeat] if self._repeat else [],
         )
+
+    def _append(self, text: str) -> None:
+        if self._in_reasoning:
+            self._reasoning_text += text
+        else:
+            self._tail += text
+            self._grown = True
 
     def _new_id(self) -> str:
         for _ in range(100):
@@ -286,31 +327,55 @@ class MessageStream:
     def _advance(self, *, final: bool) -> MessageDelta | None:
         if self._frozen and not final:
             return None
-        current = self._parse(final=final)  # when frozen: only for the final errors
-        if self._frozen:
-            return None
-        try:
-            delta = compute_deltas(self._sent, current)
-        except StreamRetractionError as exc:
-            self._frozen = True
-            self._stream_errors.append(f"stopped streaming: {exc}")
-            return None
-        self._sent = current
-        return delta
+        for _ in range(100):  # each retry starts after another malformed call
+            current, checkpoint = self._parse(final=final)
+            if self._frozen:
+                return None
+            try:
+                delta = compute_deltas(self._sent, current, first_index=len(self._done.calls))
+            except StreamRetractionError as exc:
+                if self._resume_after_malformed(exc, final=final):
+                    continue
+                return None
+            self._sent = current
+            if self._bad or self._known_bad:
+                self._known_bad = frozenset(start for start, _ in self._bad)
+            if self._in_reasoning and (self._reasoning_settled or 0) >= _SETTLE_AFTER:  # all reasoning so far is final
+                self._done.reasoning.append(current.reasoning)
+                self._sent = Parsed("", "")
+                self._reasoning_text, self._inside = self._reasoning_text[self._reasoning_settled :], True
+            elif checkpoint is not None and checkpoint[0].pos >= _SETTLE_AFTER and self._repeat is None:
+                self._settle(*checkpoint)
+            return delta
+        raise RuntimeError("too many malformed tool calls in one step")
 
-    def _parse(self, *, final: bool) -> Parsed:
-        if self._reasoning_parser is not None:
-            reasoning, rest = self._reasoning_parser.split(self._text, final=final)
-        else:
-            reasoning, rest = "", self._text
+    def _parse(self, *, final: bool) -> tuple[Parsed, tuple[Checkpoint, int, tuple[str, ...]] | None]:
+        """The parse of the text after the checkpoint, and the tool parser's new checkpoint
+        (with how many of the parse's calls it settles and the dropped-call notes it settles)."""
+        if self._in_reasoning:
+            assert self._reasoning_parser is not None
+            reasoning, rest, settled = self._reasoning_parser.split_at(
+                self._reasoning_text, final=final, inside=self._inside)
+            if not (rest or final):
+                self._reasoning_settled = settled
+                return Parsed(reasoning, ""), None
+            self._in_reasoning, self._reasoning, self._tail, self._grown = False, reasoning, rest, False
+        reasoning = self._reasoning
         if self._tool_parser is None:
-            return Parsed(reasoning, rest)
-        with self._scan_cache.active():
-            result = self._tool_parser.parse(rest, final=final)
-        self._parse_errors = result.errors
+            n = len(self._tail)
+            return Parsed(reasoning, self._tail), (Checkpoint(n, n, 0, 0), 0, ()) if n >= _SETTLE_AFTER else None
+        with self._scan_cache.active(grown=self._grown):
+            result = self._tool_parser.parse(self._tail, final=final, resume=self._resume)
+        self._grown = False
+        self._tail_errors = result.errors
+        self._bad = result.malformed
         kept: list[ToolCallPart] = []
         dropped: list[str] = []
-        for call in result.tool_calls:
+        cp = result.checkpoint
+        settled_kept, settled_dropped = 0, 0
+        for i, call in enumerate(result.tool_calls):
+            if cp is not None and i == cp.calls:
+                settled_kept, settled_dropped = len(kept), len(dropped)
             if call.name is None:
                 break  # still being written; later calls cannot have started
             if not call.complete and call.arguments == "":
@@ -324,12 +389,59 @@ class MessageStream:
                 )
                 continue
             kept.append(call)
-        self._dropped = tuple(dropped)
+        else:
+            if cp is not None and cp.calls == len(result.tool_calls):
+                settled_kept, settled_dropped = len(kept), len(dropped)
+        self._tail_dropped = tuple(dropped)
+        first = len(self._done.calls)
         if self._guard:
-            kept = self._without_repeats(kept)
-        while len(self._ids) < len(kept):
+            kept = self._without_repeats(self._done.calls + kept)[first:]
+        while len(self._ids) < first + len(kept):
             self._ids.append(self._new_id())
-        return Parsed(reasoning, result.content, tuple(kept), tuple(self._ids[: len(kept)]))
+        parsed = Parsed(reasoning, result.content, tuple(kept), tuple(self._ids[first : first + len(kept)]))
+        if cp is None or cp.pos == 0 or settled_kept > len(kept):
+            return parsed, None
+        return parsed, (cp, settled_kept, tuple(dropped[:settled_dropped]))
+
+    def _settle(self, cp: Checkpoint, calls: int, dropped: tuple[str, ...]) -> None:
+        """Move what the checkpoint settles out of the parsed text: it is never parsed again."""
+        sent, done = self._sent, self._done
+        if cp.content:
+            done.content.append(sent.content[: cp.content])
+        done.calls.extend(sent.tool_calls[:calls])
+        done.errors.extend(self._tail_errors[: cp.errors])
+        done.dropped.extend(dropped)
+        self._tail_errors = self._tail_errors[cp.errors :]
+        self._tail_dropped = self._tail_dropped[len(dropped) :]
+        self._sent = Parsed(sent.reasoning, sent.content[cp.content :], sent.tool_calls[calls:],
+                            sent.tool_call_ids[calls:])
+        self._tail, self._resume = self._tail[cp.pos :], cp.resume
+        self._known_bad = frozenset(start - cp.pos for start, _ in self._bad if start >= cp.pos)
+        self._scan_cache.clear()
+
+    def _resume_after_malformed(self, exc: StreamRetractionError, *, final: bool) -> bool:
+        """A call already (partly) sent turned out malformed: what was sent stays, parsing
+        resumes after the malformed region. False when that is not possible (yet)."""
+        region = next((r for r in self._bad if r[0] not in self._known_bad), None)
+        if region is not None and region[1] is None and not final:
+            return False  # the region is still open: nothing after it to send yet
+        if region is None or region[1] is None:
+            self._frozen = True
+            self._stream_errors.append(f"stopped streaming: {exc}")
+            return False
+        sent, done = self._sent, self._done
+        done.content.append(sent.content)
+        done.calls.extend(sent.tool_calls)
+        done.errors.extend(self._tail_errors)
+        done.errors.append(f"a tool call was streamed before its text turned out malformed ({exc}); "
+                           "kept as streamed, parsing resumed after it")
+        done.dropped.extend(self._tail_dropped)
+        self._tail_errors, self._tail_dropped = (), ()
+        self._sent = Parsed(sent.reasoning, "")
+        self._tail, self._resume = self._tail[region[1] :], AFTER_CALL
+        self._known_bad = frozenset()
+        self._scan_cache.clear()
+        return True
 
     def _without_repeats(self, calls: list[ToolCallPart]) -> list[ToolCallPart]:
         """``calls`` up to the first repeat (which ends the turn), holding back an unfinished

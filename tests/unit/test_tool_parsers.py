@@ -162,9 +162,10 @@ OWN: list[tuple[str, str, dict[str, Any]]] = [
     ("llama3_text_answer", "llama3_json", "The weather is {sunny}.",
      {"calls": [], "content": "The weather is {sunny}."}),
     # found by the random test in test_stream.py: the first object's content must keep the
-    # leading whitespace whichever way it turns out not to be a call
+    # leading whitespace whichever way it turns out not to be a call. Its first key already
+    # says it is no call (so no malformed-call error), whatever invalid JSON follows.
     ("llama3_leading_ws_not_call_then_invalid", "llama3_json", '\n{"f{"a": 1}',
-     {"calls": [], "content": '\n{"f{"a": 1}', "errors": 1}),
+     {"calls": [], "content": '\n{"f{"a": 1}', "errors": 0}),
     ("llama3_empty_params", "llama3_json", '{"name": "now", "parameters": {}}',
      {"calls": [("now", "{}")], "content": ""}),
     ("llama3_cut_off", "llama3_json", '{"name": "f", "parameters": {"a": [1, 2',
@@ -264,11 +265,14 @@ def test_unknown_name_dropped_and_never_streamed() -> None:
 def test_streamed_call_turning_malformed_keeps_what_was_sent() -> None:
     stream = _make("hermes")()
     stream.feed('<tool_call>\n{"name": "f", "arguments": {"a": 1}')
-    assert stream.feed(" oops </tool_call> more") is None  # invalid after the name: frozen
+    # invalid after the name was sent: what was sent stays, the text after the call goes on
+    delta = stream.feed(" oops </tool_call> more")
+    assert delta is not None and delta.content == " more" and not delta.tool_calls
     assert stream.finish() is None
     final = stream.final_message()
     assert [(c.name, c.arguments) for c in final.tool_calls] == [("f", '{"a": 1}')]
-    assert any("stopped streaming" in e for e in final.errors)
+    assert final.content == " more"
+    assert any("kept as streamed" in e for e in final.errors)
 
 
 def test_ids_are_stable_and_unique() -> None:
@@ -348,3 +352,51 @@ def test_scan_value_every_prefix_with_and_without_cache(text: str) -> None:
         if k < len(text) and valid:
             assert plain is None, text[:k]  # a proper prefix of a valid value is "cut off"
     assert scan(text) == (len(text) if valid else "invalid")
+
+
+# Checkpoints: what a parse says is settled must be what every longer text's parse starts
+# with, and parsing on from the checkpoint must give the rest (streams rely on it to parse
+# only new text). Random texts from the pieces parsers care about; every prefix pair.
+@pytest.mark.parametrize("parser", TOOL_PARSERS)
+def test_checkpoints_hold_for_every_continuation(parser: str) -> None:
+    import random
+
+    from tests.unit.test_stream import _PIECES
+
+    tool_parser = get_tool_parser(parser)
+    rng = random.Random(f"checkpoints-{parser}")
+    checked = 0
+    for _ in range(40):
+        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 8)))
+        for k in range(1, len(text) + 1):
+            cp = tool_parser.parse(text[:k], final=False).checkpoint
+            if cp is None:
+                continue
+            settled = tool_parser.parse(text[:k], final=False)
+            for m in range(k, len(text) + 1):
+                for final in (False, True) if m == len(text) else (False,):
+                    whole = tool_parser.parse(text[:m], final=final)
+                    rest = tool_parser.parse(text[cp.pos : m], final=final, resume=cp.resume)
+                    assert whole.content == settled.content[: cp.content] + rest.content, (text[:m], cp)
+                    assert whole.tool_calls == settled.tool_calls[: cp.calls] + rest.tool_calls, (text[:m], cp)
+                    assert len(whole.errors) == cp.errors + len(rest.errors), (text[:m], cp)
+                    checked += 1
+    assert checked > 1000  # the texts did produce checkpoints
+
+
+@pytest.mark.parametrize("parser", ["hermes", "llama3_json", "mistral"])
+def test_malformed_region_ends_where_parsing_resumes(parser: str) -> None:
+    text = {
+        "hermes": '<tool_call>\n{"name": "f", "arguments": {"a": 1,,}}\n</tool_call>\n<tool_call>\n'
+                  '{"name": "g", "arguments": {}}\n</tool_call>',
+        "llama3_json": '<|python_tag|>{"name": "f", "parameters": {"a": 1,,}}<|python_tag|>'
+                       '{"name": "g", "parameters": {}}',
+        "mistral": '[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1,,}}][TOOL_CALLS] [{"name": "g", "arguments": {}}]',
+    }[parser]
+    got = get_tool_parser(parser).parse(text, final=True)
+    assert [(c.name, c.arguments) for c in got.tool_calls] == [("g", "{}")]
+    assert '"a": 1,,' in got.content and len(got.errors) == 1
+    (start, end), = got.malformed
+    assert start in (0, text.index("{")) and end is not None and text[end:].lstrip("\n").startswith(get_tool_parser(parser).start)
+    cut = text.index(",,") + 3  # streaming: the region stays open until its end is seen
+    assert get_tool_parser(parser).parse(text[:cut], final=False).malformed == ((start, None),)
