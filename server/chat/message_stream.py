@@ -7,10 +7,12 @@
   ``name`` and ``arguments: ""``; later deltas carry only argument fragments;
 * indexes only grow (a call is never retracted or renamed).
 
-:class:`MessageStream` (one per request) re-parses the whole text on each feed
-(reasoning split, then tool parse on the rest), filters calls, assigns ids, and diffs
-against what was already sent. Concatenating every delta gives exactly
-:meth:`MessageStream.final_message`.
+:class:`MessageStream` (one per request) parses on each feed (reasoning split, then tool
+parse on the rest), filters calls, assigns ids, and diffs against what was already sent.
+Concatenating every delta gives exactly :meth:`MessageStream.final_message`. Parsers stay
+pure functions of the text; the stream keeps only the text after their last checkpoint
+(see :class:`~tool_parsers.base.Checkpoint`), so the work per token stays flat however long
+the output grows (``bench/parse_cost.py`` measures it).
 
 Repeats: with ``guard_repeats``, a complete call identical to an earlier call of the same
 turn (same name, arguments equal as parsed JSON) means the model is looping: the turn ends
@@ -20,9 +22,13 @@ after it is ignored, and :attr:`MessageStream.repeat` says why.
 
 Conflicts: a parser may learn late that a call whose name was already streamed is
 malformed (invalid JSON after the name, or the text ends inside it). Sent deltas cannot be
-taken back, so the stream keeps what it sent, stops emitting, and records the reason in
-``FinalMessage.errors``. A non-streamed request (``finish(whole_text)`` with nothing fed
-before) sees the parser's final verdict instead: the malformed call's text as content.
+taken back, so the stream keeps what it sent (the call, with the argument text sent so far)
+and, once the parser says where the malformed region ends (its end marker, or the next call
+marker), parses on after it: later calls and text reach the client as they do non-streamed.
+The text inside that region is not sent. ``FinalMessage.errors`` says "kept as streamed".
+A non-streamed request (``finish(whole_text)`` with nothing fed before) sees the parser's
+final verdict instead: the malformed call's text as content. When nothing of the call was
+sent before it broke, streamed and non-streamed answers are the same.
 """
 from __future__ import annotations
 

@@ -140,3 +140,30 @@ def test_registry() -> None:
     assert get_reasoning_parser("qwen3").tool_start == ("<tool_call>",)
     with pytest.raises(ValueError, match="deepseek_r1"):
         get_reasoning_parser("nope")
+
+
+@pytest.mark.parametrize("name", REASONING_PARSERS)
+@pytest.mark.parametrize("thinking", [True, False])
+def test_split_at_settles_only_what_every_continuation_keeps(name: str, thinking: bool) -> None:
+    """``split_at``'s settled point: all reasoning so far is kept by every longer text, and
+    splitting on from there (inside the block) gives the rest; markers split anywhere."""
+    import random
+
+    parser = get_reasoning_parser(name, thinking=thinking)
+    pieces = [" ", "\n", "a", "thought ", "<", "<think>", "</think>", "</", "think>", "<tool_call>", "<tool", "x"]
+    rng = random.Random(f"split-at-{name}-{thinking}")
+    settled_points = 0
+    for _ in range(60):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 9)))
+        for k in range(1, len(text) + 1):
+            reasoning, rest, pos = parser.split_at(text[:k], final=False)
+            if pos is None:
+                continue
+            assert rest == ""
+            settled_points += 1
+            for m in range(k, len(text) + 1):
+                for final in (False, True) if m == len(text) else (False,):
+                    whole = parser.split(text[:m], final=final)
+                    more, after, _ = parser.split_at(text[pos:m], final=final, inside=True)
+                    assert whole == (reasoning + more, after), (text[:m], pos)
+    assert settled_points > 50

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from reasoning_parsers import get_reasoning_parser
+from server.chat import message_stream
 from server.chat.message_stream import (
     MessageDelta,
     MessageStream,
@@ -150,8 +151,12 @@ _PIECES = [
 ]
 
 
+@pytest.mark.parametrize("settle_after", [1, None], ids=["checkpoint-every-step", "default"])
 @pytest.mark.parametrize("parser", TOOL_PARSERS)
-def test_random_outputs_follow_the_rules(parser: str) -> None:
+def test_random_outputs_follow_the_rules(parser: str, settle_after: int | None,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    if settle_after is not None:  # these texts are short: make the stream settle at every checkpoint
+        monkeypatch.setattr(message_stream, "_SETTLE_AFTER", settle_after)
     rng = random.Random(f"gramserve-{parser}")
     for i in range(90):
         reasoning = (None, get_reasoning_parser("qwen3"), get_reasoning_parser("deepseek_r1", thinking=False))[i % 3]
@@ -164,5 +169,83 @@ def test_random_outputs_follow_the_rules(parser: str) -> None:
         whole = run_nonstream(make, text)
         for name, chunks in chunkings(text).items():
             final = run_stream(make, chunks)
-            if not any("stopped streaming" in e for e in final.errors):
+            assert not any("stopped streaming" in e for e in final.errors), final.errors
+            if not any("kept as streamed" in e for e in final.errors):
                 check_agree(final, whole)
+
+
+# A malformed call, then a valid one (issue 11): streamed, the later call and text reach the
+# client whatever the chunking, as they do non-streamed. Where the malformed call's name was
+# streamed before it broke, that part stays as sent ("kept as streamed"); otherwise the
+# streamed message equals the non-streamed one.
+MALFORMED_THEN_VALID = {
+    "hermes": ('<tool_call>\n{"name": "f", "arguments": {"a": 1,,}}\n</tool_call>\nThen '
+               '<tool_call>\n{"name": "g", "arguments": {"b": "x"}}\n</tool_call>\nDone.'),
+    "llama3_json": ('<|python_tag|>{"name": "f", "parameters": {"a": 1,,}}<|python_tag|>'
+                    '{"name": "g", "parameters": {"b": "x"}}'),
+    "mistral": ('[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1,,}}]Then [TOOL_CALLS] '
+                '[{"name": "g", "arguments": {"b": "x"}}]Done.'),
+}
+
+
+def _splits(text: str) -> list[list[str]]:
+    """Every split into two chunks, per character, and random chunkings (fixed seeds)."""
+    out = [[text[:i], text[i:]] for i in range(1, len(text))] + [list(text), [text]]
+    for seed in range(20):
+        rng = random.Random(seed)
+        cuts = sorted(rng.sample(range(1, len(text)), rng.randint(2, 12)))
+        out.append([text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])])
+    return out
+
+
+@pytest.mark.parametrize("settle_after", [1, None], ids=["checkpoint-every-step", "default"])
+@pytest.mark.parametrize("parser", sorted(MALFORMED_THEN_VALID))
+def test_calls_after_a_malformed_call_reach_streaming_clients(parser: str, settle_after: int | None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    if settle_after is not None:
+        monkeypatch.setattr(message_stream, "_SETTLE_AFTER", settle_after)
+
+    def make(**kw: object) -> MessageStream:
+        return MessageStream(tool_parser=get_tool_parser(parser), reasoning_parser=None, tool_names=["f", "g"],
+                             guard_repeats=True, **kw)  # type: ignore[arg-type]
+
+    text = MALFORMED_THEN_VALID[parser]
+    whole = run_nonstream(make, text)
+    assert [(c.name, json.loads(c.arguments)) for c in whole.tool_calls] == [("g", {"b": "x"})]
+    assert '"a": 1,,' in (whole.content or "")
+    kept = 0
+    for chunks in _splits(text):
+        streamed = run_stream(make, chunks)  # deltas add up to the final message
+        assert not any("stopped streaming" in e for e in streamed.errors)
+        if any("kept as streamed" in e for e in streamed.errors):
+            kept += 1
+            # the malformed call stays as sent (a prefix of its text); everything after it agrees
+            assert [c.name for c in streamed.tool_calls] == ["f", "g"], chunks
+            assert '{"a": 1,'.startswith(streamed.tool_calls[0].arguments), chunks
+            assert streamed.tool_calls[1].arguments == whole.tool_calls[0].arguments
+            assert (whole.content or "").endswith(streamed.content or ""), (chunks, streamed.content)
+        else:
+            check_agree(streamed, whole)
+    assert kept  # some chunkings did send the malformed call's name before it broke
+
+
+def test_long_outputs_settle_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the settle threshold (real lengths), token-sized chunks give the non-streamed answer."""
+    long_text = "word " * 300
+    text = (f"<think>{long_text}</think>{long_text}<tool_call>\n"
+            f'{{"name": "f", "arguments": {{"s": "{long_text}"}}}}\n</tool_call>\n{long_text}')
+
+    def make(**kw: object) -> MessageStream:
+        return MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=get_reasoning_parser("qwen3"),
+                             tool_names=["f"], **kw)  # type: ignore[arg-type]
+
+    whole = run_nonstream(make, text)
+    assert whole.reasoning == long_text and [c.name for c in whole.tool_calls] == ["f"]
+    for seed in (1, 2):
+        rng = random.Random(seed)
+        chunks, i = [], 0
+        while i < len(text):
+            k = rng.randint(1, 6)
+            chunks.append(text[i : i + k])
+            i += k
+        check_agree(run_stream(make, chunks, markers=("<think>", "</think>", "<tool_call>")), whole)
