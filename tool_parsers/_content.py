@@ -12,6 +12,7 @@ text is pending, or at a non-whitespace character of trailing content.
 """
 from __future__ import annotations
 
+from ._scan import partial_marker_start
 from .base import Checkpoint
 
 __all__ = ["AFTER_CALL", "ContentBuilder", "next_marker"]
@@ -81,8 +82,6 @@ def next_marker(text: str, marker: str, pos: int, *, final: bool, out: ContentBu
     """Where the next ``marker`` starts at or after ``pos``, the text before it added to
     ``out`` as content. None when there is none: the rest is content, except (while not final)
     a tail that may be the start of the marker, which is held back."""
-    from ._scan import partial_marker_start
-
     i = text.find(marker, pos)
     if i < 0:
         stop = len(text) if final else partial_marker_start(text, (marker,), pos)

@@ -265,6 +265,13 @@ class MessageStream:
         self._chunks.append(text_delta)
         if not self._streaming and not self._guard:
             return None
+        if self._tool_parser is None and not self._in_reasoning and not self._frozen:
+            # Nothing left to parse: all further text is content, sent as it comes.
+            if self._sent.content:  # (the text after the reasoning block, sent by the last parse)
+                self._done.content.append(self._sent.content)
+                self._sent, self._tail = Parsed(self._sent.reasoning, ""), ""
+            self._done.content.append(text_delta)
+            return MessageDelta(None, text_delta, ()) if self._streaming else None
         self._append(text_delta)
         delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
         return delta if self._streaming else None
