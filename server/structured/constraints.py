@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from server.structured.vllm_limits import vllm_json_refusal
 
@@ -238,30 +240,57 @@ def nesting_exceeds(doc: Any, limit: int) -> bool:
     return True
 
 
+_CHECKS: "OrderedDict[str, str | None]" = OrderedDict()  # kind + canonical JSON -> problem (None: fine)
+_CHECKS_MAX = 1024
+_CHECKS_LOCK = threading.Lock()
+
+
+def _remembered_problem(kind: str, doc: Any, find: Callable[[], str | None]) -> str | None:
+    """``find()``'s outcome for ``doc``, remembered (bounded, least recently used first): agents
+    send the same tools on every turn, and checking them costs milliseconds per schema."""
+    key = kind + json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    with _CHECKS_LOCK:
+        if key in _CHECKS:
+            _CHECKS.move_to_end(key)
+            return _CHECKS[key]
+    problem = find()
+    with _CHECKS_LOCK:
+        _CHECKS[key] = problem
+        while len(_CHECKS) > _CHECKS_MAX:
+            _CHECKS.popitem(last=False)
+    return problem
+
+
 def check_schema(schema: Any, param: str) -> None:
     """JSON Schema 2020-12 meta-validation, nesting limit, then xgrammar conversion."""
-    import jsonschema
-    import xgrammar as xgr
-
     if isinstance(schema, bool):
         if not schema:
             raise ConstraintError(f"{param}: the schema `false` accepts no value at all.", param)
         return
     if not isinstance(schema, dict):
         raise ConstraintError(f"{param} must be a JSON Schema object, got {type(schema).__name__}.", param)
+    problem = _remembered_problem("schema:", schema, lambda: _schema_problem(schema))
+    if problem is not None:
+        raise ConstraintError(f"{param} {problem}", param)
+
+
+def _schema_problem(schema: dict[str, Any]) -> str | None:
+    """What is wrong with ``schema`` (the text after the parameter name), or None."""
+    import jsonschema
+    import xgrammar as xgr
+
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
         where = "/" + "/".join(str(p) for p in exc.path)
-        raise ConstraintError(f"{param} is not a valid JSON Schema at {where}: {exc.message}", param) from None
+        return f"is not a valid JSON Schema at {where}: {exc.message}"
     if nesting_exceeds(schema, MAX_JSON_NESTING):
-        raise ConstraintError(
-            f"{param} is nested too deeply: objects and arrays may nest at most {MAX_JSON_NESTING} levels.", param
-        )
+        return f"is nested too deeply: objects and arrays may nest at most {MAX_JSON_NESTING} levels."
     try:
         xgr.Grammar.from_json_schema(json.dumps(schema))
     except Exception as exc:  # xgrammar raises RuntimeError with the converter's reason
-        raise ConstraintError(f"{param} cannot be compiled to a grammar: {_xgr_message(exc)}", param) from None
+        return f"cannot be compiled to a grammar: {_xgr_message(exc)}"
+    return None
 
 
 def _check_regex(pattern: Any, param: str) -> None:
@@ -310,16 +339,20 @@ def _check_choice(choice: Any, param: str) -> tuple[str, ...]:
 
 
 def _check_structural_tag(tag: dict[str, Any], param: str | None) -> None:
-    import xgrammar as xgr
+    def find() -> str | None:
+        import xgrammar as xgr
 
-    if nesting_exceeds(tag, MAX_JSON_NESTING + STRUCTURAL_TAG_WRAPPER_NESTING):
-        raise ConstraintError(
-            f"The constraint is nested too deeply (schemas may nest at most {MAX_JSON_NESTING} levels).", param
-        )
-    try:
-        xgr.Grammar.from_structural_tag(json.dumps(tag))
-    except Exception as exc:
-        raise ConstraintError(f"The constraint cannot be compiled: {_xgr_message(exc)}", param) from None
+        if nesting_exceeds(tag, MAX_JSON_NESTING + STRUCTURAL_TAG_WRAPPER_NESTING):
+            return f"The constraint is nested too deeply (schemas may nest at most {MAX_JSON_NESTING} levels)."
+        try:
+            xgr.Grammar.from_structural_tag(json.dumps(tag))
+        except Exception as exc:
+            return f"The constraint cannot be compiled: {_xgr_message(exc)}"
+        return None
+
+    problem = _remembered_problem("tag:", tag, find)
+    if problem is not None:
+        raise ConstraintError(problem, param)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -520,3 +520,26 @@ def test_allowed_tools_restrict_the_grammar_to_the_subset() -> None:
     assert others and not any(f'"{n}' in text for n in others)
     with pytest.raises(ConstraintError, match="not in tools"):
         build(tools=TOOLS, tool_choice={"type": "allowed_tools", "mode": "auto", "names": ["nope"]}, tool_format="hermes")
+
+
+def test_schema_checks_are_remembered_and_name_each_callers_param(monkeypatch) -> None:
+    import jsonschema
+
+    from server.structured import constraints
+
+    bad = {"type": "object", "properties": {"a": {"type": "nonsense-remembered"}}}
+    good = {"type": "object", "properties": {"b": {"type": "integer", "description": "remembered"}}}
+    for schema, param in ((bad, "tools[0].function.parameters"), (good, "x")):
+        try:
+            constraints.check_schema(schema, param)
+        except constraints.ConstraintError:
+            pass
+    calls = []
+    monkeypatch.setattr(jsonschema.Draft202012Validator, "check_schema",
+                        classmethod(lambda cls, s: calls.append(s)))
+    with pytest.raises(constraints.ConstraintError) as exc:
+        constraints.check_schema(dict(bad), "response_format.json_schema.schema")
+    assert exc.value.param == "response_format.json_schema.schema"
+    assert str(exc.value).startswith("response_format.json_schema.schema is not a valid JSON Schema")
+    constraints.check_schema(dict(good), "y")
+    assert calls == [], "a schema seen before is not validated again"
