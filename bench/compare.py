@@ -119,16 +119,46 @@ def _grid(a: argparse.Namespace) -> list[tuple[str, int, int]]:
     return [(w, c, n) for n in a.lengths for w in a.workloads for c in a.concurrency]
 
 
-async def _http_cells(target: str, port: int, pid: int, a: argparse.Namespace) -> list[Cell]:
+async def _http_cells(target: str, server: "_Server", a: argparse.Namespace) -> list[Cell]:
     cells = []
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/v1/", timeout=1800, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}/v1/", timeout=1800,
+                                 limits=limits) as client:
         for workload, conc, n in _grid(a):
-            cell = await run_cell(client, target=target, workload=workload, concurrency=conc, max_tokens=n,
-                                  requests=a.requests or default_requests(conc), server_pid=pid, model=MODEL_NAME)
+            for attempt in (1, 2):
+                cell = await run_cell(client, target=target, workload=workload, concurrency=conc, max_tokens=n,
+                                      requests=a.requests or default_requests(conc), server_pid=server.proc.pid,
+                                      model=MODEL_NAME)
+                if not cell.errors or server.proc.poll() is None or attempt == 2:
+                    break
+                # the server died under us (on a shared machine: the OOM killer); start it again, redo the cell
+                print(f"# {target} exited ({server.proc.returncode}) during {workload} c{conc}; restarting",
+                      flush=True)
+                server.restart()
             print(markdown_table([cell]).splitlines()[-1], flush=True)
             cells.append(cell)
     return cells
+
+
+class _Server:
+    """One server process at a time, restartable."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], port: int, log: Path) -> None:
+        self.cmd, self.env, self.port, self.log = cmd, env, port, log
+        self.starts = 0
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        self.starts += 1
+        log = self.log if self.starts == 1 else self.log.with_suffix(f".{self.starts}.log")
+        return _start(self.cmd, self.env, self.port, log)
+
+    def restart(self) -> None:
+        _stop(self.proc)
+        self.proc = self._start()
+
+    def stop(self) -> None:
+        _stop(self.proc)
 
 
 def _engine_cells(a: argparse.Namespace, flags: EngineFlags, log: Path) -> list[Cell]:
@@ -158,7 +188,8 @@ def _value(cell: Cell, metric: str) -> float | None:
 def ratio_rows(runs: Sequence[Sequence[Cell]], *, base: str = "gramserve",
                others: Sequence[str] = ("vllm", "engine")) -> list[dict[str, Any]]:
     """Per cell (workload, concurrency, max_tokens) and metric: the ratio base/other in each repeat,
-    paired within the repeat (``runs[i]`` holds repeat i's cells of every target); median, min, max."""
+    paired within the repeat (``runs[i]`` holds repeat i's cells of every target); median, min, max.
+    Cells with failed requests are left out (their figures would mislead)."""
     keyed: dict[tuple[str, int, int], dict[str, list[Cell | None]]] = {}
     for i, cells in enumerate(runs):
         for c in cells:
@@ -171,7 +202,7 @@ def ratio_rows(runs: Sequence[Sequence[Cell]], *, base: str = "gramserve",
             for metric, _ in METRICS:
                 ratios = []
                 for b, o in zip(by_target.get(base, []), by_target.get(other, [])):
-                    if b is None or o is None:
+                    if b is None or o is None or b.errors or o.errors:  # a failed cell is no measurement
                         continue
                     bv, ov = _value(b, metric), _value(o, metric)
                     if bv is not None and ov:
@@ -277,11 +308,11 @@ def main(argv: list[str] | None = None) -> int:
                 cells += _engine_cells(a, flags, log)
                 continue
             cmd = gramserve_cmd(a.port, flags) if target == "gramserve" else vllm_cmd(a.port, flags, model)
-            proc = _start(cmd, flags.env(), a.port, log)
+            server = _Server(cmd, flags.env(), a.port, log)
             try:
-                cells += asyncio.run(_http_cells(target, a.port, proc.pid, a))
+                cells += asyncio.run(_http_cells(target, server, a))
             finally:
-                _stop(proc)
+                server.stop()
         runs.append(cells)
     all_cells = [c for cells in runs for c in cells]
     print("\n## Cells\n\n" + markdown_table(all_cells))
