@@ -235,6 +235,7 @@ class MessageStream:
         self._frozen = False
         self._stream_errors: list[str] = []
         self._tail_errors: tuple[str, ...] = ()
+        self._sent_errors = 0  # how many of those the last parse sent had
         self._tail_dropped: tuple[str, ...] = ()
         self._scan_cache = ScanCache()
 
@@ -351,6 +352,7 @@ class MessageStream:
                     continue
                 return None
             self._sent = current
+            self._sent_errors = len(self._tail_errors)
             if self._bad or self._known_bad:
                 self._known_bad = frozenset(start for start, _ in self._bad)
             if self._in_reasoning and (self._reasoning_settled or 0) >= _SETTLE_AFTER:  # all reasoning so far is final
@@ -425,6 +427,7 @@ class MessageStream:
         done.errors.extend(self._tail_errors[: cp.errors])
         done.dropped.extend(dropped)
         self._tail_errors = self._tail_errors[cp.errors :]
+        self._sent_errors = len(self._tail_errors)
         self._tail_dropped = self._tail_dropped[len(dropped) :]
         self._sent = Parsed(sent.reasoning, sent.content[cp.content :], sent.tool_calls[calls:],
                             sent.tool_call_ids[calls:])
@@ -445,11 +448,18 @@ class MessageStream:
         sent, done = self._sent, self._done
         done.content.append(sent.content)
         done.calls.extend(sent.tool_calls)
-        done.errors.extend(self._tail_errors)
-        done.errors.append(f"a tool call was streamed before its text turned out malformed ({exc}); "
-                           "kept as streamed, parsing resumed after it")
+        # The parser's errors up to this region's (the one after those of the last parse sent),
+        # so each malformed call is still one error; later ones come again from the next parse.
+        n = self._sent_errors
+        errors = list(self._tail_errors[: n + 1])
+        note = f"a tool call was partly streamed before it broke ({exc}): kept as streamed, parsing resumed after it"
+        if len(errors) > n:
+            errors[n] += f"; {note}"
+        else:
+            errors.append(note)
+        done.errors.extend(errors)
         done.dropped.extend(self._tail_dropped)
-        self._tail_errors, self._tail_dropped = (), ()
+        self._tail_errors, self._tail_dropped, self._sent_errors = (), (), 0
         self._sent = Parsed(sent.reasoning, "")
         self._tail, self._resume = self._tail[region[1] :], AFTER_CALL
         self._known_bad = frozenset()

@@ -217,6 +217,7 @@ def test_calls_after_a_malformed_call_reach_streaming_clients(parser: str, settl
     for chunks in _splits(text):
         streamed = run_stream(make, chunks)  # deltas add up to the final message
         assert not any("stopped streaming" in e for e in streamed.errors)
+        assert len(streamed.errors) == len(whole.errors) == 1, streamed.errors  # one malformed call, one error
         if any("kept as streamed" in e for e in streamed.errors):
             kept += 1
             # the malformed call stays as sent (a prefix of its text); everything after it agrees
