@@ -262,6 +262,18 @@ def plot_ratios(rows: Sequence[dict[str, Any]], path: str, *, title: str = "gram
     plt.close(fig)
 
 
+def _git_head() -> str:
+    """The commit measured (servers run the working tree; ``+dirty`` when it had changes)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -299,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     model = model_dir()
     runs: list[list[Cell]] = []
     t0 = time.monotonic()
+    print(f"# measuring {_git_head()}", flush=True)
     for rep in range(a.repeats):
         cells: list[Cell] = []
         for target in targets:
@@ -321,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         print(f"\n## Ratios gramserve / other ({a.repeats} repeat(s): median (min-max))\n\n" + ratio_table(rows, others))
     if a.json:
-        Path(a.json).write_text(json.dumps({"args": {k: v for k, v in vars(a).items()},
+        Path(a.json).write_text(json.dumps({"args": {k: v for k, v in vars(a).items()}, "git": _git_head(),
                                             "cells": [[c.as_dict() for c in cells] for cells in runs],
                                             "ratios": rows}, indent=1))
     if a.plot and rows:
