@@ -66,7 +66,7 @@ class HermesToolParser(ToolParser):
             end = self._calls_in_block(text, obj, final=final, calls=calls)
             if end is None:  # cut off while streaming
                 break
-            pos, closed = self._after_call(text, end, final=final, errors=errors, out=out)
+            pos, closed = self._after_call(text, end, final=final, errors=errors, out=out, bad=bad)
             if closed:
                 checkpoint = out.checkpoint(pos, len(calls), len(errors)) or checkpoint
         else:
@@ -98,11 +98,12 @@ class HermesToolParser(ToolParser):
                 return obj.end
             obj = nxt
 
-    def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str],
-                    out: ContentBuilder) -> tuple[int, bool]:
+    def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str], out: ContentBuilder,
+                    bad: list[tuple[int, int | None]]) -> tuple[int, bool]:
         """Where content resumes after a call's JSON: past the end marker (text between the
         JSON and the marker is returned as content, never dropped); and whether the call is
-        closed there (what follows cannot change it)."""
+        closed there (what follows cannot change it). Such text is a malformed region in
+        ``bad`` (it may be a further call of the block that broke)."""
         q = skip_ws(text, obj_end)
         if text.startswith(self.end, q):
             return q + len(self.end), True
@@ -112,10 +113,13 @@ class HermesToolParser(ToolParser):
         if stop >= 0 and (nxt < 0 or stop < nxt):
             errors.append(f"{self.name}: text after the call's JSON kept as content: {text[q:stop]!r}")
             out.add(text[q:stop])
+            bad.append((q, stop + len(self.end)))
             return stop + len(self.end), True
         if nxt >= 0:  # end marker missing, another call follows: the gap is content
+            bad.append((q, nxt))
             return obj_end, True
         # Neither marker (yet): hold while streaming; at the end the rest is content.
+        bad.append((q, len(text) if final else None))
         return (obj_end, False) if final else (len(text), False)
 
 
