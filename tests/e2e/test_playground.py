@@ -65,13 +65,20 @@ def driver() -> Iterator[Any]:
     drv = _chrome(user_dir)
     print(f"\n[playground] chromium started in {time.perf_counter() - started:.1f}s")
     drv.set_script_timeout(30)
+    drv.console = []  # browser console entries, drained by console()
     yield drv
     try:
         (ARTIFACTS / "browser-console.log").write_text(
-            "\n".join(f"{e['level']} {e['message']}" for e in drv.get_log("browser")))
+            "\n".join(f"{e['level']} {e['message']}" for e in console(drv)))
     finally:
         drv.quit()
         shutil.rmtree(user_dir, ignore_errors=True)
+
+
+def console(drv: Any) -> list[dict[str, Any]]:
+    """Every browser console entry so far (get_log empties the browser's buffer: keep them)."""
+    drv.console += drv.get_log("browser")
+    return drv.console
 
 
 class Page:
@@ -427,3 +434,13 @@ def test_page_needs_no_key_and_sends_security_headers(server):
     r = httpx.get(server.base + "/", timeout=10)
     assert r.status_code == 200 and "default-src 'self'" in r.headers["content-security-policy"]
     assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_console_has_no_script_errors(page):
+    """Runs last: nothing the page did raised a JS error or hit the CSP; the only failed loads
+    are the requests the tests made fail on purpose (401 before the key, 400 refused schema)."""
+    entries = console(page.drv)
+    bad = [e["message"] for e in entries if re.search(r"Uncaught|Content Security Policy|Refused to", e["message"])]
+    assert not bad, bad
+    failed = [e["message"] for e in entries if "Failed to load resource" in e["message"]]
+    assert all(re.search(r"/v1/models - .*status of 401|/v1/chat/completions - .*status of 400", m) for m in failed), failed
