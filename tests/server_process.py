@@ -35,7 +35,9 @@ class ServerProcess:
     def __init__(self, args: list[str], *, env: dict[str, str] | None = None, log_name: str = "server") -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.log_path = Path(os.environ.get("GRAMSERVE_TEST_LOGS", "/tmp")) / f"gramserve-{log_name}-{self.port}.log"
+        logs = Path(os.environ.get("GRAMSERVE_TEST_LOGS", "/tmp"))
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / f"gramserve-{log_name}-{self.port}.log"
         self._log = open(self.log_path, "wb")
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
