@@ -272,9 +272,9 @@ def response_stream(state: ServerState, store: ResponseStore, pr: PreparedRespon
     ev = _Events(pr.chat.request.custom_tool_names())
 
     def failed(exc: APIError) -> list[bytes]:
-        ev.close(status="incomplete")
+        closed = ev.close(status="incomplete")  # the item being streamed ends, as far as it got
         err = exc.body()["error"]
-        return [ev.emit("error", code=err["code"], message=err["message"], param=err["param"]),
+        return [*closed, ev.emit("error", code=err["code"], message=err["message"], param=err["param"]),
                 ev.emit("response.failed", response=_response(
                     state, pr, status="failed", output=ev.output,
                     error={"code": err["code"] or "server_error", "message": err["message"]}))]

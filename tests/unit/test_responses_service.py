@@ -251,3 +251,25 @@ def test_accepted_but_ignored_fields_change_nothing(make_app):
                    "web_search_options": {}, "verbosity": "low"}
     r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "Hi"}], **chat_extras})
     assert r.status_code == 200 and b.engine.requests[-1].sampling == base.sampling
+
+
+def test_stream_failure_ends_with_error_and_response_failed(make_app):
+    b = make_app(script=script(["Hel", "lo"]))
+    original = b.engine.generate
+
+    async def dies_after_first_chunk(req):
+        async for c in original(req):
+            yield c
+            b.engine.dead = True
+
+    b.engine.generate = dies_after_first_chunk
+    ev = stream(b.client(), input="Hi")
+    kinds = [e["type"] for e in ev]
+    assert kinds[-3:] == ["response.output_item.done", "error", "response.failed"], kinds
+    assert ev[-3]["item"]["status"] == "incomplete"
+    assert ev[-2]["code"] == "engine_dead" and ev[-2]["message"]
+    failed = ev[-1]["response"]
+    assert failed["status"] == "failed" and failed["error"]["code"] == "engine_dead"
+    assert failed["output"][0]["content"][0]["text"] == "Hel"
+    assert [e["sequence_number"] for e in ev] == list(range(len(ev)))
+    assert "".join(e["delta"] for e in ev if e["type"] == "response.output_text.delta") == "Hel"
