@@ -380,7 +380,10 @@ class MessageStream:
             n = len(self._tail)
             return Parsed(reasoning, self._tail), (Checkpoint(n, n, 0, 0), 0, ()) if n >= _SETTLE_AFTER else None
         with self._scan_cache.active(grown=self._grown):
-            result = self._tool_parser.parse(self._tail, final=final, resume=self._resume)
+            if self._resume is None:  # (a parser without checkpoints need not know ``resume``)
+                result = self._tool_parser.parse(self._tail, final=final)
+            else:
+                result = self._tool_parser.parse(self._tail, final=final, resume=self._resume)
         self._grown = False
         self._tail_errors = result.errors
         self._bad = result.malformed
