@@ -85,7 +85,7 @@ def vllm_cmd(port: int, flags: EngineFlags, model: Path) -> list[str]:
             "--chat-template", str(REPO / "chat_templates" / "hermes.jinja"), *flags.vllm_args()]
 
 
-def _start(cmd: list[str], env: dict[str, str], port: int, log: Path, timeout: float = 300) -> subprocess.Popen:
+def _start(cmd: list[str], env: dict[str, str], port: int, log: Path, timeout: float = 900) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO,
                             start_new_session=True)
     deadline = time.monotonic() + timeout
