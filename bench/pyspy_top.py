@@ -6,8 +6,9 @@ Record the live API process (not its engine children) under load, then summarise
     python -m bench.pyspy_top prof.txt [--top 25] [--match server/,tool_parsers/]
 
 ``--format raw`` writes one collapsed stack per line (``frame;frame;... count``), each frame
-``function (file:line)``; without ``--idle`` py-spy keeps only samples where the thread was
-running, so the shares approximate CPU time.
+``function (file:line)``. py-spy's idle detection misses threads blocked in C (a thread
+pool's ``_worker`` waiting on its queue, ``select``), so stacks ending in such a wait are
+dropped (``--drop-leaf``) and the shares are of the remaining, working samples.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import re
 from collections import Counter
 from typing import Iterable
 
-__all__ = ["parse_collapsed", "top_functions", "main"]
+__all__ = ["IDLE_LEAVES", "parse_collapsed", "top_functions", "main"]
 
 _LINE = re.compile(r"^(?P<stack>.*)\s(?P<count>\d+)$")
 _FRAME = re.compile(r"^(?P<fn>.*?) \((?P<file>.*?)(?::\d+)?\)$")
@@ -35,13 +36,21 @@ def _key(frame: str) -> str:
     return f"{m.group('fn')} ({file})"
 
 
-def parse_collapsed(lines: Iterable[str]) -> list[tuple[list[str], int]]:
-    """(frames root-first, sample count) per collapsed-stack line."""
+IDLE_LEAVES = r"^(_worker \(concurrent/futures/thread\.py\)|\w*\.?select \(selectors\.py\)|wait \(threading\.py\)|_wait_for_tstate_lock .*)$"
+
+
+def parse_collapsed(lines: Iterable[str], *, drop_leaf: str | None = None) -> list[tuple[list[str], int]]:
+    """(frames root-first, sample count) per collapsed-stack line; stacks whose last frame
+    matches the regex ``drop_leaf`` (a thread waiting) are left out."""
+    drop = re.compile(drop_leaf) if drop_leaf else None
     out = []
     for line in lines:
         m = _LINE.match(line.rstrip("\n"))
         if m:
-            out.append(([_key(f) for f in m.group("stack").split(";") if f], int(m.group("count"))))
+            frames = [_key(f) for f in m.group("stack").split(";") if f]
+            if drop is not None and frames and drop.match(frames[-1]):
+                continue
+            out.append((frames, int(m.group("count"))))
     return out
 
 
@@ -63,10 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("path")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--match", default="", help="comma-separated substrings: inclusive rows only for these files")
+    ap.add_argument("--drop-leaf", default=IDLE_LEAVES, help="regex of last frames that mean a waiting thread")
     a = ap.parse_args(argv)
     with open(a.path) as f:
-        total, own, incl = top_functions(parse_collapsed(f))
-    print(f"{total} samples\n\n| self % | function |\n|---:|---|")
+        total, own, incl = top_functions(parse_collapsed(f, drop_leaf=a.drop_leaf or None))
+    print(f"{total} working samples\n\n| self % | function |\n|---:|---|")
     for fn, n in own.most_common(a.top):
         print(f"| {100 * n / total:.1f} | `{fn}` |")
     wanted = [m for m in a.match.split(",") if m]
