@@ -276,3 +276,8 @@ def test_pyspy_top_self_and_inclusive_shares() -> None:
     assert own["dumps (json/__init__.py)"] == 6 and own["handle (server/chat/sse.py)"] == 3
     assert incl["handle (server/chat/sse.py)"] == 9 and incl["run (asyncio/base_events.py)"] == 10
     assert incl["parse (tool_parsers/hermes.py)"] == 1
+    from bench.pyspy_top import IDLE_LEAVES
+
+    waiting = ["_bootstrap (threading.py:1002);_worker (concurrent/futures/thread.py:81) 50",
+               "run (asyncio/base_events.py:600);select (selectors.py:469) 20"]
+    assert parse_collapsed(lines + waiting, drop_leaf=IDLE_LEAVES) == stacks  # waits are not work
