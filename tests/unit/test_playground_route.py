@@ -10,7 +10,12 @@ import pytest
 from server.config import Settings, settings_from_args
 from server.api.routes.playground import PAGE_PATHS
 
-FILES = ("index.html", "app.js", "style.css")
+#: The page's script: app.js, an ES module, and the modules it imports (plain files, no build step).
+JS = ("app.js", "api.js", "chat.js", "dom.js", "examples.js", "report.js", "sse.js", "validator.js")
+FILES = ("index.html", "style.css") + JS
+#: served path -> file; every one is public (no key needed).
+PAGE_FILE = {"/": "index.html", "/playground/style.css": "style.css", **{f"/playground/{n}": n for n in JS}}
+MEDIA = {"html": "text/html", "js": "text/javascript", "css": "text/css"}
 
 
 @pytest.fixture
@@ -22,12 +27,11 @@ def _text(name: str) -> str:
     return resources.files("server.api").joinpath("playground", name).read_text()
 
 
-@pytest.mark.parametrize("path, media", [("/", "text/html"), ("/playground/app.js", "text/javascript"),
-                                         ("/playground/style.css", "text/css")])
-def test_page_served_without_key(keyed, path, media):
+@pytest.mark.parametrize("path", sorted(PAGE_FILE))
+def test_page_served_without_key(keyed, path):
     r = keyed.client().get(path)
     assert r.status_code == 200, r.text
-    assert r.headers["content-type"].split(";")[0] == media
+    assert r.headers["content-type"].split(";")[0] == MEDIA[PAGE_FILE[path].rsplit(".", 1)[1]]
     assert r.headers["x-content-type-options"] == "nosniff"
     csp = r.headers["content-security-policy"]
     assert "default-src 'self'" in csp and "connect-src 'self'" in csp and "frame-ancestors 'none'" in csp
@@ -35,11 +39,14 @@ def test_page_served_without_key(keyed, path, media):
     assert r.content == resources.files("server.api").joinpath("playground", PAGE_FILE[path]).read_bytes()
 
 
-PAGE_FILE = {"/": "index.html", "/playground/app.js": "app.js", "/playground/style.css": "style.css"}
-
-
 def test_page_paths_are_the_served_files():
     assert set(PAGE_PATHS) == set(PAGE_FILE)
+
+
+def test_every_shipped_file_is_served():
+    """The package's playground folder holds exactly the served files: none left unserved, none missing."""
+    shipped = {f.name for f in resources.files("server.api").joinpath("playground").iterdir() if f.is_file()}
+    assert shipped == set(FILES)
 
 
 def test_page_does_not_open_the_api(keyed):
@@ -59,7 +66,8 @@ def test_page_is_not_a_generation_request(keyed):
 
 
 @pytest.mark.parametrize("path", ["/playground/index.html", "/playground/../server/config.py", "/playground/x.js",
-                                  "/playground/%2e%2e%2fconfig.py"])
+                                  "/playground/%2e%2e%2fconfig.py", "/playground/app.js.map", "/app.js",
+                                  "/playground/sub/app.js"])
 def test_only_the_listed_files(keyed, path):
     r = keyed.client().get(path)
     assert r.status_code in (401, 404), r.text  # unknown /playground/ paths are not public (401) or not there
@@ -113,14 +121,54 @@ def test_page_uses_only_its_own_files():
     assert refs, "the page links its script and style"
     for ref in refs:
         assert ref in ("/playground/app.js", "/playground/style.css", "#prompt", "data:,"), ref
-    assert "<script>" not in html and "<style" not in html and " style=" not in html
+    assert re.findall(r"<script[^>]*>", html) == ['<script type="module" src="/playground/app.js">']
+    assert "<style" not in html and " style=" not in html
     assert not re.search(r"<[^>]+\son[a-z]+=", html), "no inline handlers (the CSP forbids them)"
 
 
+_IMPORT = re.compile(r"""^import \{[^}]*\} from "\./([a-z]+\.js)";$""", re.M)
+
+
+def _imports(name: str) -> list[str]:
+    return _IMPORT.findall(_text(name))
+
+
+@pytest.mark.parametrize("name", JS)
+def test_modules_import_only_served_siblings(name):
+    """Static imports by relative path of served files only (no bare names, URLs or dynamic import())."""
+    text = _text(name)
+    assert len(_imports(name)) == len(re.findall(r"^import\b", text, re.M)), "every import has the plain form"
+    assert set(_imports(name)) <= set(JS) - {name}
+    assert "import(" not in text and "require(" not in text
+
+
+def test_every_module_is_reached_from_app_js():
+    seen, todo = set(), ["app.js"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += _imports(name)
+    assert seen == set(JS)
+
+
 def test_page_uses_the_public_api_only():
-    js = _text("app.js")
-    called = set(re.findall(r"""api\("(/[^"]*)\"""", js))
-    assert called == {"/v1/models", "/v1/chat/completions", "/v1/schemas/check"}
-    assert "fetch(" in js and js.count("fetch(") == 1  # every request goes through api(), which adds the key
-    assert "localStorage" in js and "sessionStorage" not in js and "document.cookie" not in js
-    assert "innerHTML" not in js  # model output is set as text, never parsed as HTML
+    """Over every JS file: only the three API paths, one fetch (in api(), which adds the key), the key
+    in localStorage only, and model output set as text, never parsed as HTML."""
+    texts = {name: _text(name) for name in JS}
+    js = "\n".join(texts.values())
+    called = re.findall(r"""(?<![\w.])api\("(/[^"]*)\"""", js)
+    assert set(called) == {"/v1/models", "/v1/chat/completions", "/v1/schemas/check"}
+    calls = len(re.findall(r"(?<![\w.])api\(", js)) - js.count("function api(")
+    assert len(called) == calls, "every api() call names its path literally"
+    assert [n for n, t in texts.items() if "fetch(" in t] == ["api.js"] and js.count("fetch(") == 1
+    assert [n for n, t in texts.items() if "localStorage" in t] == ["api.js"]
+    assert "sessionStorage" not in js and "document.cookie" not in js
+    assert "innerHTML" not in js and "outerHTML" not in js and "insertAdjacentHTML" not in js
+    assert "eval(" not in js and "new Function" not in js  # the CSP forbids them too
+
+
+@pytest.mark.parametrize("name", JS)
+def test_modules_stay_small(name):
+    """The script was split so that no module grows past a readable size."""
+    assert len(_text(name).splitlines()) <= 400

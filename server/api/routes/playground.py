@@ -19,9 +19,12 @@ __all__ = ["router", "PAGE_PATHS", "SECURITY_HEADERS"]
 
 router = APIRouter()
 
-#: file name -> media type; nothing else under /playground/ is served.
-_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-          "style.css": "text/css; charset=utf-8"}
+_JS = "text/javascript; charset=utf-8"
+#: file name -> media type; nothing else under /playground/ is served. app.js is loaded as an ES
+#: module and imports the other modules by relative path (plain files: no build step).
+_FILES = {"index.html": "text/html; charset=utf-8", "style.css": "text/css; charset=utf-8",
+          "app.js": _JS, "api.js": _JS, "chat.js": _JS, "dom.js": _JS, "examples.js": _JS, "report.js": _JS,
+          "sse.js": _JS, "validator.js": _JS}
 #: The paths the page consists of (the middleware serves them without an API key).
 PAGE_PATHS = ("/",) + tuple(f"/playground/{name}" for name in _FILES if name != "index.html")
 SECURITY_HEADERS = {
