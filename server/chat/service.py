@@ -19,7 +19,7 @@ from server.chat.generation import GenerationTimer, checked, completion_budget, 
 from server.chat.output_checks import ToolCallChecker, validate_json_output
 from server.protocol import ChatCompletionRequest, usage_dict
 from server.chat.reasoning_budget import ReasoningBudget, budgeted_chunks, plan_reasoning_budget
-from server.chat.sse import DONE, chunk, sse_event
+from server.chat.sse import DONE, ContentFrames, chunk, sse_event
 from server.state import ServerState, check_model
 from server.chat.stream_guard import abort_shielded, guarded_stream
 from server.structured.from_request import build_constraint
@@ -417,6 +417,8 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
     def frame(choice_list: list[dict[str, Any]]) -> bytes:
         return sse_event(chunk(id=p.id, created=p.created, model=model, choices=choice_list))
 
+    fast = ContentFrames(id=p.id, created=p.created, model=model)
+
     opened: set[int] = set()
 
     def opening(index: int, body: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -442,6 +444,9 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                 lp_at = 1 if len(bodies) > 1 and bodies[0] == {"role": "assistant", "content": ""} else 0
                 for k, body in enumerate(bodies):
                     lp = _logprobs_json(u.logprobs) if (req.logprobs and k == lp_at) else None
+                    if lp is None and len(body) == 1 and "content" in body:  # the per-token hot path
+                        yield fast.content(ch.index, body["content"])
+                        continue
                     yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
                 if u.finish_reason:
                     last = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": u.finish_reason}

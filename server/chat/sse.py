@@ -9,13 +9,29 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["DONE", "sse_event", "chunk"]
+__all__ = ["DONE", "sse_event", "chunk", "ContentFrames"]
 
 DONE = b"data: [DONE]\n\n"
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one, not one per event
 
 
 def sse_event(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return b"data: " + _ENCODER.encode(payload).encode() + b"\n\n"
+
+
+class ContentFrames:
+    """The hot path of a stream, a text delta of one choice, framed from pre-encoded bytes:
+    byte for byte ``sse_event(chunk(...))`` of that delta, without building and encoding the
+    whole chunk per token."""
+
+    def __init__(self, *, id: str, created: int, model: str) -> None:
+        head = _ENCODER.encode(chunk(id=id, created=created, model=model, choices=[]))
+        assert head.endswith(',"choices":[]}')
+        self._head = b"data: " + head[: -len("[]}")].encode() + b'[{"index":'
+
+    def content(self, index: int, text: str) -> bytes:
+        return (self._head + str(index).encode() + b',"delta":{"content":' + _ENCODER.encode(text).encode()
+                + b'},"logprobs":null,"finish_reason":null}]}\n\n')
 
 
 def chunk(
