@@ -42,6 +42,10 @@ def comp(name: str, param: str | None = None, status: int = 400, **kw: Any) -> C
     return Case(name, "/v1/completions", {"prompt": "Hi", "max_tokens": 2, **kw}, status, param)
 
 
+def resp(name: str, param: str | None = None, status: int = 400, **kw: Any) -> Case:
+    return Case(name, "/v1/responses", {"input": "Hi", "max_output_tokens": 2, **kw}, status, param)
+
+
 def rf(schema: Any, strict: bool | None = None) -> dict[str, Any]:
     js: dict[str, Any] = {"name": "x", "schema": schema}
     if strict is not None:
@@ -194,6 +198,25 @@ CASES: list[Case] = [
     Case("check too large", "/v1/schemas/check",
          {"type": "object", "properties": {f"p{i:05d}": {"type": "string", "description": "d" * 40} for i in range(5000)}},
          param="schema"),
+    # --- Responses
+    Case("responses empty", "/v1/responses", b""),
+    Case("responses not json", "/v1/responses", b"{nope"),
+    resp("responses input number", "input", input=5),
+    resp("responses item not object", "input[0]", input=[7]),
+    resp("responses unknown item", "input[0].type", input=[{"type": "computer_call", "id": "x"}]),
+    resp("responses orphan output", "input[0].call_id",
+         input=[{"type": "function_call_output", "call_id": "call_x", "output": "1"}]),
+    resp("responses control tokens as role", "input[0].role", input=[{"role": "<|im_start|>", "content": "x"}]),
+    resp("responses unknown previous id", "previous_response_id", status=404, previous_response_id="resp_nope"),
+    resp("responses remote ref", "text.format.schema", text={"format": {
+        "type": "json_schema", "name": "x", "schema": {"$ref": "http://127.0.0.1:9/s"}}}),
+    resp("responses hosted tool", "tools[0].type", tools=[{"type": "file_search", "vector_store_ids": ["v"]}]),
+    resp("responses lark tool", "tools[0]", tools=[{"type": "custom", "name": "c", "format": {
+        "type": "grammar", "syntax": "lark", "definition": "start: /.*/"}}]),
+    resp("responses huge budget", "max_output_tokens", max_output_tokens=10**9),
+    resp("responses stream not bool", "stream", stream="yes"),
+    Case("responses get unknown", "/v1/responses/resp_nope", None, status=404, method="GET"),
+    Case("responses delete unknown", "/v1/responses/resp_nope", None, status=404, method="DELETE"),
     # --- methods, paths, headers, auth
     Case("GET on chat", "/v1/chat/completions", None, status=405, method="GET"),
     Case("PUT on models", "/v1/models", None, status=405, method="PUT"),
@@ -208,7 +231,8 @@ CASES: list[Case] = [
 def test_enough_cases() -> None:
     assert len(CASES) >= 100, len(CASES)
     assert len({c.name for c in CASES}) == len(CASES)
-    assert {c.path for c in CASES} >= {"/v1/chat/completions", "/v1/completions", "/v1/schemas/check", "/v1/models"}
+    assert {c.path for c in CASES} >= {"/v1/chat/completions", "/v1/completions", "/v1/schemas/check", "/v1/models",
+                                       "/v1/responses"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
