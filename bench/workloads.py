@@ -83,8 +83,9 @@ AGENT_TURNS = (
 
 LONG_TOOL = _fn("write_file", "Write a text file to disk.",
                 {"path": {"type": "string"},
-                 # minLength: the model cannot close the string early, so max_tokens cuts the call
-                 "content": {"type": "string", "minLength": 20000, "description": "the full text of the file"}},
+                 # minLength: the model cannot close the string early (1000 characters, gramserve's
+                 # default --max-schema-min-length is 1024: larger minimums grow the matcher's memory per token)
+                 "content": {"type": "string", "minLength": 1000, "description": "the full text of the file"}},
                 ["path", "content"])
 
 

@@ -76,6 +76,9 @@ class Settings:
     max_tools: int = option(128, "most tools in one request (and schemas in one check)", type=int)
     max_schema_bytes: int = option(256 * 1024, "largest schema, regex, grammar or choice list (bytes)", type=int)
     max_schema_depth: int = option(64, "deepest schema nesting", type=int)
+    max_schema_min_length: int = option(
+        1024, "largest minLength / minItems a schema may ask for: above it the grammar matcher's memory grows "
+              "with every generated token (a long minLength string reached GBs in 4k tokens), so it is refused", type=int)
     drain_timeout: float = option(30.0, "seconds to finish in-flight requests on SIGTERM", type=float)
     precompile: str | None = option(None, "JSON file: list of schemas / tool lists to compile before "
                                           "/health turns ready")

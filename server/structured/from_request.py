@@ -39,6 +39,32 @@ def schema_limits(state: ServerState, schema: Any, *, param: str) -> None:
         check_refs(schema)
     except RefProblem as exc:
         raise bad_request(f"Invalid $ref: {exc}", param=param, code="invalid_schema") from None
+    bound = _largest_minimum(schema)
+    if bound is not None and bound[1] > s.max_schema_min_length:
+        raise bad_request(
+            f"Schema asks for {bound[0]} {bound[1]}, above this server's limit of {s.max_schema_min_length}: the "
+            "grammar that enforces it would hold memory growing with every generated token. Lower it (or drop it "
+            "and check the length yourself).", param=param, code="schema_too_large")
+
+
+_INSTANCE_KEYS = frozenset({"enum", "const", "default", "examples"})  # values, not schemas
+
+
+def _largest_minimum(schema: Any) -> tuple[str, int] | None:
+    """The largest ``minLength`` / ``minItems`` anywhere in ``schema`` (iterative walk)."""
+    best: tuple[str, int] | None = None
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key in ("minLength", "minItems"):
+                value = node.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and (best is None or value > best[1]):
+                    best = (key, value)
+            stack.extend(v for k, v in node.items() if k not in _INSTANCE_KEYS)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return best
 
 
 def constraint_limits(state: ServerState, so: dict[str, Any] | None) -> None:

@@ -403,3 +403,23 @@ def test_validation_error_mapping():
     assert validation_error([]).status == 400
     assert validation_error([{"type": "json_invalid", "loc": ("body", 1), "msg": "x",
                               "ctx": {"error": "Expecting value"}}]).code == "invalid_json"
+
+
+def test_large_minimums_are_refused_before_they_reach_the_grammar(client):
+    """minLength/minItems above --max-schema-min-length: the matcher's memory would grow per token."""
+    big = {"type": "object", "properties": {"text": {"type": "string", "minLength": 20000}}, "required": ["text"]}
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": big}}})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["code"] == "schema_too_large" and "minLength 20000" in err["message"]
+    assert err["param"] == "response_format.json_schema.schema"
+    items = {"type": "object", "properties": {"a": {"type": "array", "minItems": 5000}}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": items}}
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "tools": [tool]})
+    assert r.status_code == 400 and "minItems 5000" in r.json()["error"]["message"]
+    ok = {"type": "object", "properties": {"t": {"type": "string", "minLength": 1000, "examples": [{"minLength": 9999}]}}}
+    r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 5,
+                                                  "response_format": {"type": "json_schema",
+                                                                      "json_schema": {"name": "x", "schema": ok}}})
+    assert r.status_code == 200, r.text
