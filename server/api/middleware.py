@@ -93,9 +93,10 @@ class GatewayMiddleware:
         started = time.perf_counter()
         status_holder = {"status": 500}
 
-        async def send_wrapped(message: dict[str, Any]) -> None:
+        async def send_wrapped(message: dict[str, Any]) -> None:  # once per SSE event: keep it lean
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
+                status_holder["started"] = True
                 message.setdefault("headers", [])
                 message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
             await send(message)
@@ -136,17 +137,10 @@ class GatewayMiddleware:
                 st.enter()
                 counted = True
                 metrics.RUNNING.inc()
-            started_response = False
-
-            async def send_tracked(message: dict[str, Any]) -> None:
-                nonlocal started_response
-                started_response = started_response or message["type"] == "http.response.start"
-                await send_wrapped(message)
-
             try:
-                await self.app(scope, _capped(receive, st.settings.max_request_bytes), send_tracked)
+                await self.app(scope, _capped(receive, st.settings.max_request_bytes), send_wrapped)
             except Exception as exc:
-                if started_response:
+                if "started" in status_holder:
                     raise
                 log.exception("unhandled error", extra={"request_id": rid})
                 err = internal_error(exc)

@@ -442,17 +442,20 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                 if u.finish_reason and ch.index not in opened:
                     bodies = opening(ch.index, None)
                 lp_at = 1 if len(bodies) > 1 and bodies[0] == {"role": "assistant", "content": ""} else 0
+                events: list[bytes] = []  # one engine chunk's events go out in one write
                 for k, body in enumerate(bodies):
                     lp = _logprobs_json(u.logprobs) if (req.logprobs and k == lp_at) else None
                     if lp is None and len(body) == 1 and "content" in body:  # the per-token hot path
-                        yield fast.content(ch.index, body["content"])
+                        events.append(fast.content(ch.index, body["content"]))
                         continue
-                    yield frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}])
+                    events.append(frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}]))
                 if u.finish_reason:
                     last = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": u.finish_reason}
                     if u.schema_validated is not None:  # a stream has no headers left: the finish chunk says it
                         last[SCHEMA_VALIDATED] = u.schema_validated
-                    yield frame([last])
+                    events.append(frame([last]))
+                if events:
+                    yield events[0] if len(events) == 1 else b"".join(events)
         for ch in choices:  # every choice is opened, even one the engine said nothing for
             for body in opening(ch.index, None):
                 yield frame([{"index": ch.index, "delta": body, "logprobs": None, "finish_reason": None}])

@@ -291,21 +291,20 @@ async def _events(state: ServerState, store: ResponseStore, pr: PreparedResponse
     try:
         async with contextlib.aclosing(choice_updates(state, pr.chat, choices, timer)) as updates:
             async for u in updates:
+                out: list[bytes] = []  # one engine chunk's events go out in one write
                 for d in u.deltas:
-                    out: list[bytes] = []
                     if d.reasoning:
                         out += ev.reasoning(d.reasoning)
                     if d.content:
                         out += ev.content(d.content)
                     for call in d.tool_calls:
                         out += ev.call(call)
-                    for e in out:
-                        yield e
                 if u.finish_reason:
                     finish = u.finish_reason
                     if not ev.output and ev.open is None:  # an empty answer is an empty message
-                        for e in ev.content(""):
-                            yield e
+                        out += ev.content("")
+                if out:
+                    yield b"".join(out)
         status = "incomplete" if finish == "length" else "completed"
         for e in ev.close(status=status):
             yield e

@@ -273,7 +273,8 @@ async def _test_disconnect_aborts_engine_request(make_app):
     gen = chat_stream(b.state, prepared)
     first = await gen.__anext__()
     second = await gen.__anext__()
-    assert b"assistant" in first and b'"a"' in second
+    # one write per engine chunk: the role and the first text go out together
+    assert b"assistant" in first and b'"a"' in first and b'"b"' in second
     await gen.aclose()
     assert b.engine.aborted == [prepared.id]
     assert prepared.id == b.engine.requests[-1].request_id
