@@ -101,6 +101,17 @@ def test_too_many_tools_400(make_app):
     assert err["param"] == "tools" and err["code"] == "too_many_tools"
 
 
+async def _in_flight(b, c):
+    """Start a chat request and return its future once the server counts it in flight."""
+    first = asyncio.ensure_future(c.post(CHAT, json={"messages": USER, "max_tokens": 50}))
+    for _ in range(200):
+        if b.state.in_flight:
+            break
+        await asyncio.sleep(0.005)
+    assert b.state.in_flight == 1
+    return first
+
+
 def test_concurrency_cap_429(make_app):
     asyncio.run(_test_concurrency_cap_429(make_app))
 
@@ -108,12 +119,7 @@ def test_concurrency_cap_429(make_app):
 async def _test_concurrency_cap_429(make_app):
     b = make_app(settings=Settings(max_concurrent_requests=1), delay=0.05)
     async with b.async_client() as c:
-        first = asyncio.ensure_future(c.post(CHAT, json={"messages": USER, "max_tokens": 50}))
-        for _ in range(200):
-            if b.state.in_flight:
-                break
-            await asyncio.sleep(0.005)
-        assert b.state.in_flight == 1
+        first = await _in_flight(b, c)
         second = await c.post(CHAT, json={"messages": USER, "max_tokens": 50})
         assert second.status_code == 429
         assert second.headers["retry-after"] == "1"
@@ -121,7 +127,7 @@ async def _test_concurrency_cap_429(make_app):
         assert err["type"] == "rate_limit_error" and err["code"] == "too_many_requests"
         assert (await first).status_code == 200
         assert b.state.in_flight == 0
-        # /health and /v1/models do not take a slot
+        # the slot was given back
         again = await c.post(CHAT, json={"messages": USER, "max_tokens": 5})
         assert again.status_code == 200
 
@@ -150,11 +156,7 @@ def test_draining_lets_in_flight_finish(make_app):
 
     async def run() -> None:
         async with b.async_client() as c:
-            first = asyncio.ensure_future(c.post(CHAT, json={"messages": USER, "max_tokens": 50}))
-            for _ in range(200):
-                if b.state.in_flight:
-                    break
-                await asyncio.sleep(0.005)
+            first = await _in_flight(b, c)
             b.state.draining = True
             refused = await c.post(CHAT, json={"messages": USER, "max_tokens": 50})
             assert refused.status_code == 503
