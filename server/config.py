@@ -56,6 +56,9 @@ class Settings:
     allow_duplicate_tool_calls: bool = option(
         False, "return a tool call identical to an earlier one of the same turn (by default the turn ends there)",
         action="store_true")
+    loop_breaker: bool = option(
+        True, "let a JSON value the model repeats without end run on to max_tokens (by default the engine "
+        "closes it where the grammar allows, see docs/tool_calling.md)", flag="--no-loop-breaker", action="store_false")
     tool_constraints: bool = option(True, "do not enforce tool calls by grammar under tool_choice=auto",
                                     flag="--no-tool-constraints", action="store_false")
     max_model_len: int | None = option(None, "context length (default: the model's; 4096 on CPU)", type=int)

@@ -87,6 +87,7 @@ def build_state(settings: Settings) -> ServerState:
         trust_remote_code=settings.trust_remote_code,
         enable_chunked_prefill=defaults["enable_chunked_prefill"],
         max_num_batched_tokens=defaults["max_num_batched_tokens"],
+        break_loops=settings.loop_breaker,
     ))
     log.info("engine ready", extra={"seconds": round(time.perf_counter() - t0, 1), "model": model})
     renderer = ChatRenderer.from_model(

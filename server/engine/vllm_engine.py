@@ -6,6 +6,7 @@ back to another backend (or to no constraint).
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
@@ -19,6 +20,8 @@ from server.engine.base import (
     TokenLogprob,
     TopLogprob,
 )
+from server.engine.loop_breaker import EXTRA_ARG as BREAK_LOOPS
+from server.engine.loop_breaker import FQCN as LOOP_BREAKER
 
 __all__ = ["EngineOptions", "VllmEngine", "structured_outputs_params"]
 
@@ -43,6 +46,7 @@ class EngineOptions:
     tokenizer: str | None = None
     enable_chunked_prefill: bool | None = None  # None: vLLM's default
     max_num_batched_tokens: int | None = None
+    break_loops: bool = False  # close JSON values the model repeats without end (loop_breaker.py)
 
 
 class VllmEngine:
@@ -75,6 +79,9 @@ class VllmEngine:
             generation_config="vllm",  # our defaults, not the model's sampling overrides
             enable_log_requests=False,
         )
+        self._break_loops = options.break_loops and _runs_v1_model_runner(args)
+        if self._break_loops:
+            args = dataclasses.replace(args, logits_processors=[LOOP_BREAKER])
         self._llm = AsyncLLM.from_engine_args(args)
         self.model_name = options.served_model_name
         self.max_model_len = int(self._llm.model_config.max_model_len)
@@ -146,6 +153,7 @@ class VllmEngine:
             logit_bias=dict(s.logit_bias) or None,
             output_kind=RequestOutputKind.DELTA,
             structured_outputs=structured_outputs_params(req.constraint) if req.constraint else None,
+            extra_args={BREAK_LOOPS: True} if self._break_loops and _holds_json(req.constraint) else None,
         )
 
     async def abort(self, request_id: str) -> None:
@@ -185,6 +193,26 @@ def structured_outputs_params(constraint: Any) -> Any:
     if kind == "structural_tag":
         return StructuredOutputsParams(structural_tag=json.dumps(value, ensure_ascii=False))
     raise ValueError(f"unknown constraint kind {kind!r}")
+
+
+def _runs_v1_model_runner(args: Any) -> bool:
+    """Whether vLLM will use its V1 model runner, whose logits-processor interface the loop breaker implements.
+
+    Model Runner V2 (the default on CUDA with Triton) takes processors of another interface;
+    there the breaker stays off, with a warning, rather than failing the engine's start.
+    """
+    from vllm.usage.usage_lib import UsageContext
+
+    if not args.create_engine_config(UsageContext.ENGINE_CONTEXT).use_v2_model_runner:
+        return True
+    log.warning("loop breaker off: vLLM runs Model Runner V2 here; VLLM_USE_V2_MODEL_RUNNER=0 selects V1, "
+                "where it works (or pass --no-loop-breaker to silence this)")
+    return False
+
+
+def _holds_json(constraint: Any) -> bool:
+    """Constraints whose output is (or contains, as tool-call arguments) JSON: the loop breaker's."""
+    return constraint is not None and constraint.kind in ("json", "json_object", "structural_tag")
 
 
 def _greedy_copies(s: Any) -> int:

@@ -223,7 +223,8 @@ def test_tool_choice_errors_name_the_problem(http, model):
 
 BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
 PER_CATEGORY = 16
-BFCL_MAX_TOKENS = 160  # room for a call or two; a cut answer is counted, its finished calls still judged
+BFCL_MAX_TOKENS = 512  # room for three calls as SmolLM2 writes them; a cut answer is counted
+FINISHED_SHARE = 0.9  # measured 62/64 (issue 11's goal: 95%); the floor leaves room for numeric drift
 CONCURRENCY = 16
 
 
@@ -285,6 +286,8 @@ def test_bfcl_required_and_named_calls_fit_their_schema(client, model, http):
           f"{len(truncated)} {truncated}, finish_reason tool_calls {sum(r.get('finish') == 'tool_calls' for r in answered)}"
           f"/{len(answered)}, turns ended by the repeat guard {guarded:.0f}")
     assert not [r["id"] for r in answered if r["repeats"]], "no answer holds two identical calls"
+    finished = sum(r["finish"] == "tool_calls" for r in answered) / len(answered)
+    assert finished >= FINISHED_SHARE, f"only {finished:.0%} of answers ended with their calls: {truncated}"
     for r in rejected:
         print(f"  400 {r['id']}: {r['rejected']}")
         assert r["rejected"]["message"] and (r["rejected"].get("param") or "").startswith(("tools", "tool_choice"))
@@ -295,6 +298,30 @@ def test_bfcl_required_and_named_calls_fit_their_schema(client, model, http):
             assert r["finish"] == "tool_calls" and r["calls"] >= 1, r
             if r["named"] or r["single"]:
                 assert r["calls"] == 1, r
+
+
+def test_a_looping_argument_is_closed_and_the_call_returned(client, model):
+    """SmolLM2 writes ``"coord1": [1.0, 1.0, ...`` without end for this question; the engine's loop
+    breaker closes the array after the repeats it saw, so the call comes back whole (streamed
+    and not) instead of a turn cut by max_tokens with no call."""
+    q = json.loads(next(line for line in (TESTDATA / "bfcl" / "simple_python.jsonl").read_text().splitlines()
+                        if '"simple_python_83"' in line))
+    kwargs = dict(model=model, messages=q["messages"], tools=q["tools"], temperature=0, max_tokens=512,
+                  tool_choice=named("calculate_distance"))
+    r = client.chat.completions.create(**kwargs)
+    assert r.choices[0].finish_reason == "tool_calls", r.choices[0]
+    (call,) = r.choices[0].message.tool_calls
+    args = json.loads(call.function.arguments)
+    Draft202012Validator(q["tools"][0]["function"]["parameters"]).validate(args)
+    looped = [v for v in args.values() if isinstance(v, list) and len(v) >= 16 and len(set(v)) == 1]
+    assert looped, args  # the loop is what was shortened: its repeats stay, nothing is made up
+    arguments = ""
+    for chunk in client.chat.completions.create(**kwargs, stream=True):
+        for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            arguments += (tc.function and tc.function.arguments) or ""
+        if chunk.choices and chunk.choices[0].finish_reason:
+            assert chunk.choices[0].finish_reason == "tool_calls"
+    assert json.loads(arguments) == args
 
 
 # ---------------------------------------------------------------- metrics
