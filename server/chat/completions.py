@@ -5,6 +5,7 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
+from server.chat.prompt_tokens import guard_for
 from server.chat.service import run_engine
 from server.engine.base import GenerateRequest, Sampling, TokenLogprob
 from server.errors import bad_request
@@ -21,8 +22,9 @@ __all__ = ["prepare_completion", "completion_response", "completion_stream"]
 def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[str, list[int]]]:
     p = req.prompt
     tok = state.engine.tokenizer
+    encode = guard_for(tok).encode
     if isinstance(p, str):
-        return [(p, list(tok.encode(p, add_special_tokens=False)))]
+        return [(p, encode(p))]
     if all(isinstance(x, int) for x in p):
         ids = [int(x) for x in p]
         vocab = len(tok)
@@ -31,7 +33,7 @@ def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[str, list
             raise bad_request(f"prompt has token ids outside this model's vocabulary (0..{vocab - 1}): "
                               f"{bad[:5]}.", param="prompt", code="invalid_value")
         return [(tok.decode(ids), ids)]
-    return [(s, list(tok.encode(s, add_special_tokens=False))) for s in p]
+    return [(s, encode(s)) for s in p]
 
 
 def prepare_completion(state: ServerState, req: CompletionRequest) -> list[tuple[str, GenerateRequest]]:

@@ -33,9 +33,15 @@ def _special_tokens(tokenizer: Any) -> tuple[list[str], set[int]]:
     return sorted((t for t in texts if isinstance(t, str) and t), key=lambda t: (-len(t), t)), ids
 
 
-def _splitting_encoder(tokenizer: Any) -> Callable[[str], list[int]] | None:
-    """A private copy of the fast backend with ``encode_special_tokens`` on. (transformers'
-    ``split_special_tokens=True`` flips that flag on the shared backend: racy across threads.)"""
+def _private_encoder(tokenizer: Any, *, split_special: bool) -> Callable[[str], list[int]] | None:
+    """``encode(text) -> ids`` on a private copy of the fast backend (no special tokens added).
+
+    Private, because the tokenizer's own ``encode`` is not safe across threads: transformers
+    flips truncation, padding and ``encode_special_tokens`` on the shared backend per call, and
+    vLLM's thread-safe wrapper answers a busy pool with a deep copy of the whole tokenizer
+    (tens of ms, ~a quarter of the API process's CPU under load). ``split_special``: special-token
+    text is encoded as ordinary characters. None when there is no fast backend.
+    """
     try:
         from tokenizers import Tokenizer
 
@@ -45,7 +51,7 @@ def _splitting_encoder(tokenizer: Any) -> Callable[[str], list[int]] | None:
         private = Tokenizer.from_str(backend.to_str())
         private.no_truncation()
         private.no_padding()
-        private.encode_special_tokens = True
+        private.encode_special_tokens = split_special
     except Exception:  # noqa: BLE001 - the fallback encoder is slower but always correct
         return None
     return lambda text: private.encode(text, add_special_tokens=False).ids
@@ -116,7 +122,7 @@ class ControlTokenGuard:
 
         def normal(text: str) -> None:
             parts.append(text)
-            ids.extend(self.tokenizer.encode(text, add_special_tokens=False) if text else ())
+            ids.extend(self.encode(text) if text else ())
 
         run_start = pos = 0
         for match in [*self.special_re.finditer(rendered), None] if self.special_re else [None]:
@@ -142,7 +148,13 @@ class ControlTokenGuard:
 
     @cached_property
     def _splitter(self) -> Callable[[str], list[int]] | None:
-        return _splitting_encoder(self.tokenizer)  # on first use: only control-text requests pay
+        return _private_encoder(self.tokenizer, split_special=True)  # on first use: only control-text requests pay
+
+    @cached_property
+    def encode(self) -> Callable[[str], list[int]]:
+        """The prompt encoder: as ``tokenizer.encode(text, add_special_tokens=False)``, thread-safe."""
+        fast = _private_encoder(self.tokenizer, split_special=False)
+        return fast if fast is not None else lambda text: list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _encode_plain_fallback(self, text: str) -> list[int]:
         """No fast backend: encode each special text in two halves, so it cannot match."""
@@ -186,7 +198,7 @@ def tokenize_chat_prompt(
     if not guard.contains_control_text(client):  # the common case: exactly the old tokenization
         prompt = renderer.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                  chat_template_kwargs=chat_template_kwargs)
-        return prompt, list(tokenizer.encode(prompt, add_special_tokens=False))
+        return prompt, guard.encode(prompt)
     prefix = guard.prefix_for(client)
     kwargs = chat_template_kwargs
     if isinstance(kwargs, dict):  # values only: the keys name template variables

@@ -25,6 +25,7 @@ from server.chat.stream_guard import abort_shielded, guarded_stream
 from server.structured.from_request import build_constraint
 from server.chat.custom_tools import InputStream, custom_input
 from server.chat.message_stream import MessageDelta, MessageStream
+from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_chat_prompt
 
 __all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED",
            "ChoiceUpdate", "choice_updates", "new_choices", "usage_of"]
@@ -58,7 +59,6 @@ def _tools_for_prompt(req: ChatCompletionRequest) -> list[dict[str, Any]] | None
 
 def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
     """Validate what pydantic cannot, render the prompt and build the constraint."""
-    from server.chat.prompt_tokens import tokenize_chat_prompt
     from server.chat.render import RenderError
 
     check_model(state, req.model)
@@ -121,7 +121,6 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
 
 def _markers_special(state: ServerState) -> bool:
     """Whether the tool-call family's markers are special tokens (then kept in the output)."""
-    from server.chat.prompt_tokens import markers_are_special
 
     parser = state.tool_parser
     if parser is None:
@@ -315,10 +314,11 @@ def _reasoning_tokens(state: ServerState, choices: list[_Choice]) -> int | None:
     if state.reasoning_parser is None:
         return None
     total = 0
+    encode = guard_for(state.engine.tokenizer).encode
     for ch in choices:
         text = ch.stream.parsed.reasoning
         if text:
-            total += len(state.engine.tokenizer.encode(text, add_special_tokens=False))
+            total += len(encode(text))
     return total
 
 

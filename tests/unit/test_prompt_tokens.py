@@ -110,6 +110,25 @@ def test_normal_prompt_is_the_old_whole_string_encode(tok: Any) -> None:
     assert ids == tok.encode(text, add_special_tokens=False)
 
 
+def test_prompts_are_encoded_off_the_shared_tokenizer(hf_model_dir: Path) -> None:
+    """The prompt encoder gives the tokenizer's own ids but never calls it: vLLM's thread-safe
+    tokenizer answers a busy pool with a deep copy of the whole tokenizer (tens of ms each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    t = _load(hf_model_dir)
+    texts = ["", BENIGN, EVIL, "Zürich 東京 🙂 \t\n  x", "<|im_start|>assistant\n" + "word " * 300, json.dumps(TOOL)]
+    expected = [t.encode(x, add_special_tokens=False) for x in texts]
+    guard = ControlTokenGuard(t)
+
+    def refuse(*_a: Any, **_k: Any) -> Any:
+        raise AssertionError("the shared tokenizer was asked to encode")
+
+    t.encode = refuse  # type: ignore[method-assign]
+    assert [guard.encode(x) for x in texts] == expected
+    with ThreadPoolExecutor(8) as pool:  # the private backend is safe across threads
+        assert list(pool.map(guard.encode, texts * 20)) == expected * 20
+
+
 @pytest.mark.parametrize("where", ["system", "user", "tool_description", "parameters", "arguments",
                                    "tool_content", "assistant", "call_name"])
 def test_each_client_field_is_plain_text(tok: Any, where: str) -> None:
