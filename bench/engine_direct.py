@@ -4,7 +4,11 @@ The engine is built exactly as ``gramserve serve`` builds it (``server.runner.bu
 with the same flags), and each request body is prepared once by gramserve's own code
 (``prepare_chat``: the same chat template, prompt tokens and structured-output constraint),
 before any timing. The timed part is only ``AsyncLLM.generate`` with those token ids and
-``SamplingParams``; TTFT and inter-token latency count engine outputs that carry text.
+``SamplingParams``; TTFT and inter-token latency count engine outputs that carry text. For
+requests with tools, TTFT is when the output first holds something an OpenAI stream can send
+(text, or a call whose name is complete and whose arguments have begun: the first tool-call
+delta carries the whole name), read with the family's tool parser; the raw first token of a
+call marker is not yet a delta any server could send.
 CPU: this process is the "API" (vLLM's output processing and detokenisation), its
 children the engine core and workers, as for the servers.
 
@@ -41,29 +45,28 @@ class DirectEngine:
                              "update bench/engine_direct.py")
         self._n = 0
 
-    def prepare(self, body: dict[str, Any]) -> tuple[list[int], Any]:
+    def prepare(self, body: dict[str, Any]) -> tuple[list[int], Any, bool]:
         """(prompt token ids, vLLM SamplingParams) for one chat body, as gramserve would send them."""
-        from vllm.sampling_params import RequestOutputKind, SamplingParams
-
         from server.chat.service import prepare_chat
-        from server.engine.vllm_engine import structured_outputs_params
         from server.protocol import ChatCompletionRequest
 
         req = ChatCompletionRequest.model_validate({**body, "model": self.state.engine.model_name})
         gen = prepare_chat(self.state, req).gen
-        s = gen.sampling
-        params = SamplingParams(
-            n=1, max_tokens=s.max_tokens, temperature=s.temperature, top_p=s.top_p, seed=s.seed,
-            stop=list(s.stop) or None, presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
-            ignore_eos=s.ignore_eos, skip_special_tokens=s.skip_special_tokens,
-            logit_bias=dict(s.logit_bias) or None, output_kind=RequestOutputKind.DELTA,
-            structured_outputs=structured_outputs_params(gen.constraint) if gen.constraint else None)
-        return list(gen.prompt_token_ids), params
+        params = self.state.engine._sampling_params(gen)  # exactly what the adapter sends
+        calls = bool(body.get("tools")) and body.get("tool_choice") != "none" and self.state.tool_parser is not None
+        return list(gen.prompt_token_ids), params, calls
 
-    async def one(self, prepared: tuple[list[int], Any]) -> RequestResult:
+    def _sendable(self, text: str) -> bool:
+        """Whether a stream could send its first delta for this output so far."""
+        parsed = self.state.tool_parser.parse(text, final=False)
+        return bool(parsed.content.strip()) or any(
+            c.name is not None and (c.arguments or c.complete) for c in parsed.tool_calls)
+
+    async def one(self, prepared: tuple[list[int], Any, bool]) -> RequestResult:
         from vllm.inputs.engine import tokens_input
 
-        ids, params = prepared
+        ids, params, calls = prepared
+        text = ""
         self._n += 1
         t0 = time.perf_counter()
         res = RequestResult(ok=True)
@@ -75,6 +78,9 @@ class DirectEngine:
                     res.tokens += len(c.token_ids)
                     if c.text:
                         if last is None:
+                            text += c.text
+                            if calls and not self._sendable(text):
+                                continue
                             res.ttft = now - t0
                         else:
                             res.itls.append(now - last)
