@@ -6,13 +6,18 @@ cached through ``/v1/schemas/check``, and prints a table of ratios to the uncons
 baseline. Interleaving the modes round by round keeps a noisy machine's drift out of
 the ratios.
 
-    python -m bench.structured_overhead --base-url http://127.0.0.1:8000/v1 [--rounds 5]
+    python -m bench.structured_overhead --base-url http://127.0.0.1:8000/v1 [--rounds 5] [--concurrency 32]
+
+TPOT (time per output token after the first, per request) is the grammar's cost per token;
+``--concurrency N`` sends N copies of each request at once, so the grammar work of a full
+batch is in the figure.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 import time
 import uuid
 from typing import Any
@@ -72,10 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--api-key", default="unused")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--concurrency", type=int, default=1, help="copies of each request in flight at once")
     ns = ap.parse_args(argv)
     headers = {"Authorization": f"Bearer {ns.api_key}"}
     results: dict[str, list[tuple[float, float, int]]] = {m: [] for m in MODES}
-    with httpx.Client(base_url=ns.base_url, headers=headers, timeout=300) as client:
+    limits = httpx.Limits(max_connections=ns.concurrency + 2)
+    with httpx.Client(base_url=ns.base_url, headers=headers, timeout=300, limits=limits) as client, \
+            ThreadPoolExecutor(ns.concurrency) as pool:
         model = client.get("/models").json()["data"][0]["id"]
         for extra in MODES.values():  # warm-up: compile every grammar once
             one(client, {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8, **extra})
@@ -83,15 +91,19 @@ def main(argv: list[str] | None = None) -> int:
             for mode, extra in MODES.items():
                 body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
                         "max_tokens": ns.max_tokens, "ignore_eos": mode == "free text", **extra}
-                results[mode].append(one(client, body))
+                results[mode] += pool.map(lambda b: one(client, b), [body] * ns.concurrency)
         cold, warm = compile_times(client)
     base_tps = None
-    print(f"{'mode':<22} {'tok/s':>8} {'ratio':>7} {'TTFT p50 s':>11} {'tokens/req':>11}")
+    base_tpot = None
+    print(f"concurrency {ns.concurrency}, {ns.rounds} rounds, max_tokens {ns.max_tokens}")
+    print(f"{'mode':<22} {'tok/s':>8} {'ratio':>7} {'TPOT p50 ms':>12} {'TPOT ratio':>11} {'TTFT p50 s':>11} "
+          f"{'tokens/req':>11}")
     for mode, rows in results.items():
         tps = sum(r[2] for r in rows) / max(1e-9, sum(r[1] for r in rows))
-        base_tps = base_tps or tps
-        print(f"{mode:<22} {tps:>8.1f} {tps / base_tps:>7.2f} {statistics.median(r[0] for r in rows):>11.3f} "
-              f"{statistics.mean(r[2] for r in rows):>11.1f}")
+        tpot = statistics.median((r[1] - r[0]) / (r[2] - 1) for r in rows if r[2] > 1 and r[0] > 0)
+        base_tps, base_tpot = base_tps or tps, base_tpot or tpot
+        print(f"{mode:<22} {tps:>8.1f} {tps / base_tps:>7.2f} {tpot * 1000:>12.1f} {tpot / base_tpot:>11.2f} "
+              f"{statistics.median(r[0] for r in rows):>11.3f} {statistics.mean(r[2] for r in rows):>11.1f}")
     print(f"\ngrammar compile (json_schema above): cold {cold * 1000:.1f} ms, cached lookup {warm * 1000:.3f} ms")
     return 0
 
