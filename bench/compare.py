@@ -46,15 +46,22 @@ METRICS = (("tok_per_s", "throughput (tok/s)"), ("ttft_p50", "TTFT p50"), ("cpu_
 class EngineFlags:
     """The engine settings every target gets (gramserve's CPU defaults, spelled out)."""
 
-    def __init__(self, *, max_model_len: int, kv_cache_gib: float, max_num_seqs: int | None) -> None:
+    def __init__(self, *, max_model_len: int, kv_cache_gib: float, max_num_seqs: int | None,
+                 stream_interval: int = 1) -> None:
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
         self.max_num_seqs = max_num_seqs
+        self.stream_interval = stream_interval
+
+    def _common(self) -> list[str]:
+        """Flags both servers spell the same way."""
+        return ((["--max-num-seqs", str(self.max_num_seqs)] if self.max_num_seqs else [])
+                + (["--stream-interval", str(self.stream_interval)] if self.stream_interval > 1 else []))
 
     def gramserve_args(self) -> list[str]:
         args = ["--max-model-len", str(self.max_model_len), "--kv-cache-space", f"{self.kv_cache_gib:g}",
                 "--dtype", "bfloat16", "--enforce-eager", "--seed", "0"]
-        return args + (["--max-num-seqs", str(self.max_num_seqs)] if self.max_num_seqs else [])
+        return args + self._common()
 
     def vllm_args(self) -> list[str]:
         # what server/runner.py's apply_platform_defaults + server/engine/vllm_engine.py pass on CPU
@@ -62,7 +69,7 @@ class EngineFlags:
                 "--gpu-memory-utilization", "0.1", "--no-enable-chunked-prefill",
                 "--max-num-batched-tokens", str(max(self.max_model_len, 2048)), "--generation-config", "vllm",
                 "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
-        return args + (["--max-num-seqs", str(self.max_num_seqs)] if self.max_num_seqs else [])
+        return args + self._common()
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}"}
@@ -292,6 +299,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--kv-cache-space", type=float, default=2.0, help="GiB (VLLM_CPU_KVCACHE_SPACE)")
     ap.add_argument("--max-num-seqs", type=int, default=None)
+    ap.add_argument("--stream-interval", type=int, default=1, help="tokens per streamed update, on every target")
     ap.add_argument("--logs", default="/tmp/gramserve-bench", help="folder for the servers' logs")
     ap.add_argument("--json", default=None, help="write all cells and ratios here")
     ap.add_argument("--plot", default=None, help="draw the ratios into this PNG")
@@ -305,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     a.workloads = a.workloads.split(",")
     a.concurrency, a.lengths = _ints(a.concurrency), _ints(a.lengths)
     targets = a.targets.split(",")
-    flags = EngineFlags(max_model_len=a.max_model_len, kv_cache_gib=a.kv_cache_space, max_num_seqs=a.max_num_seqs)
+    flags = EngineFlags(max_model_len=a.max_model_len, kv_cache_gib=a.kv_cache_space, max_num_seqs=a.max_num_seqs,
+                        stream_interval=a.stream_interval)
     logs = Path(a.logs)
     logs.mkdir(parents=True, exist_ok=True)
     model = model_dir()

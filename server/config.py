@@ -32,6 +32,13 @@ def option(default: Any, help: str, *, flag: str | None = None, type: Callable[[
     return dataclasses.field(default=default, metadata={"option": meta})
 
 
+def _at_least_one(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {number}")
+    return number
+
+
 @dataclass(frozen=True)
 class Settings:
     model: str | None = option(None, "HF folder or hub id (default: the embedded SmolLM2-135M-Instruct)")
@@ -72,6 +79,9 @@ class Settings:
     kv_cache_space_gib: float | None = option(None, "CPU only: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE)",
                                               flag="--kv-cache-space", type=float)
     max_num_seqs: int | None = option(None, "most sequences the engine runs at once", type=int)
+    stream_interval: int = option(
+        1, "tokens the engine gathers per streamed update (as vLLM's flag): 1 sends every token at once; "
+        "more means fewer, larger SSE events and less front-end CPU per token", type=_at_least_one)
     seed: int = option(0, "the engine's default seed", type=int)
     max_concurrent_requests: int = option(0, "beyond this, answer 429 (0: unlimited)", type=int)
     max_request_bytes: int = option(4 * 1024 * 1024, "larger request bodies get 413", type=int)

@@ -84,6 +84,7 @@ def build_state(settings: Settings) -> ServerState:
         enforce_eager=defaults["enforce_eager"],
         seed=settings.seed,
         max_num_seqs=settings.max_num_seqs,
+        stream_interval=settings.stream_interval,
         trust_remote_code=settings.trust_remote_code,
         enable_chunked_prefill=defaults["enable_chunked_prefill"],
         max_num_batched_tokens=defaults["max_num_batched_tokens"],

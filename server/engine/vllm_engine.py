@@ -43,6 +43,7 @@ class EngineOptions:
     enforce_eager: bool = False
     seed: int = 0
     max_num_seqs: int | None = None
+    stream_interval: int = 1  # tokens per streamed engine output (vLLM's --stream-interval)
     max_logprobs: int = 20
     trust_remote_code: bool = False
     tokenizer: str | None = None
@@ -72,6 +73,7 @@ class VllmEngine:
             enforce_eager=options.enforce_eager,
             seed=options.seed,
             max_num_seqs=options.max_num_seqs,
+            stream_interval=options.stream_interval,
             max_logprobs=options.max_logprobs,
             trust_remote_code=options.trust_remote_code,
             enable_chunked_prefill=options.enable_chunked_prefill,

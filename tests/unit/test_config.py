@@ -47,3 +47,12 @@ def test_special_forms(tmp_path: Path) -> None:
     assert s.cors_origins == ("https://a", "https://b") and s.kv_cache_space_gib == 3.0
     with pytest.raises(SystemExit):
         settings_from_args(["--reasoning-field", "nowhere"])
+
+
+def test_stream_interval_is_at_least_one(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert settings_from_args([]).stream_interval == 1
+    monkeypatch.setenv("GRAMSERVE_STREAM_INTERVAL", "4")
+    assert settings_from_args([]).stream_interval == 4
+    with pytest.raises(SystemExit):
+        settings_from_args(["--stream-interval", "0"])
+    assert "--stream-interval: must be 1 or more, not 0" in capsys.readouterr().err
