@@ -65,10 +65,11 @@ class JsonDepth:
     quotes are not strings. When the outermost container closes, it is outside again.
     """
 
-    __slots__ = ("stack", "_escape")
+    __slots__ = ("stack", "low", "_escape")
 
     def __init__(self) -> None:
         self.stack: list[int] = []
+        self.low = 0  # the fewest open containers since it was last set (a close shows even if reopened)
         self._escape = False
 
     def feed(self, data: bytes) -> None:
@@ -81,6 +82,7 @@ class JsonDepth:
                     self._escape = True
                 elif b == _QUOTE:
                     stack.pop()
+                    self.low = min(self.low, len(stack))
             elif b == _QUOTE:
                 if stack:
                     stack.append(_QUOTE)
@@ -88,6 +90,7 @@ class JsonDepth:
                 stack.append(b)
             elif b in _CLOSE and stack and stack[-1] == _CLOSE[b]:
                 stack.pop()
+                self.low = min(self.low, len(stack))
 
 
 def find_loop(ids: Sequence[int]) -> tuple[int, int] | None:
@@ -188,7 +191,7 @@ class LoopBreaker:
             return logits
         depth, period, start = self._target
         stack = self._json.stack
-        if len(stack) < depth:  # closed (by us or by the model)
+        if self._json.low < depth:  # closed (by us or by the model), even if a new one opened since
             self._target = None
             return logits
         if stack[depth - 1] == _QUOTE:  # a string: end it after a whole number of cycles
@@ -237,6 +240,7 @@ class LoopBreaker:
         if depth < 1:  # a loop in prose, outside JSON: not ours to end
             return
         self._target = (depth, p, n - span)
+        self._json.low = len(self._json.stack)
         self.broken += 1
         log.warning("loop broken: a %d-token cycle repeated %d times inside a JSON %s; closing it",
                     p, span // p, _KIND[self._json.stack[depth - 1]])

@@ -212,9 +212,13 @@ def remember_validated_grammars() -> None:
     again without the rebuild. Specs that fail are not remembered; other kinds (choice, which
     the check rewrites into a grammar) always run the original.
     """
-    from vllm.v1.structured_output import backend_xgrammar
+    try:
+        from vllm.v1.structured_output import backend_xgrammar
 
-    original = backend_xgrammar.validate_xgrammar_grammar
+        original = backend_xgrammar.validate_xgrammar_grammar
+    except (ImportError, AttributeError):  # another vLLM layout: its check runs as it is
+        log.info("vLLM's grammar check is not where this version expects it; it runs on every request")
+        return
     if getattr(original, "remembers_specs", False):
         return
     passed: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -236,13 +240,13 @@ def remember_validated_grammars() -> None:
 
 def _spec_key(so: Any) -> tuple[str, str] | None:
     """A JSON schema or structural tag alone (nothing the check rewrites): its text; else None."""
-    if so is None or so.regex or so.choice or so.grammar or so.json_object:
+    if so is None or any(getattr(so, name, True) for name in ("regex", "choice", "grammar", "json_object")):
         return None
-    if so.structural_tag is not None and so.json is None and isinstance(so.structural_tag, str):
-        return "structural_tag", so.structural_tag
-    if so.json is not None and so.structural_tag is None:
-        text = so.json if isinstance(so.json, str) else json.dumps(so.json, separators=(",", ":"))
-        return "json", text
+    tag, schema = getattr(so, "structural_tag", None), getattr(so, "json", None)
+    if isinstance(tag, str) and schema is None:
+        return "structural_tag", tag
+    if schema is not None and tag is None:
+        return "json", schema if isinstance(schema, str) else json.dumps(schema, separators=(",", ":"))
     return None
 
 

@@ -198,3 +198,11 @@ def test_vllm_loads_the_processor_by_its_name() -> None:
 
     (cls,) = _load_logitsprocs_by_fqcns([FQCN])
     assert issubclass(cls, LogitsProcessor) and cls.__name__ == "LoopBreakerProcessor"
+
+
+def test_json_depth_remembers_a_close_even_when_reopened() -> None:
+    d = JsonDepth()
+    d.feed(b'{"rows": [[0, 0], [0')
+    d.low = len(d.stack)
+    d.feed(b"], [")  # one token that closes the inner array and opens the next
+    assert len(d.stack) == 3 and d.low == 2
