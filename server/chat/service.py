@@ -322,6 +322,15 @@ def _reasoning_tokens(state: ServerState, choices: list[_Choice]) -> int | None:
     return total
 
 
+def _is_arguments_fragment(body: dict[str, Any]) -> bool:
+    """``{"tool_calls": [{"index": k, "function": {"arguments": "..."}}]}`` and nothing else."""
+    calls = body.get("tool_calls") if len(body) == 1 else None
+    if not calls or len(calls) != 1:
+        return False
+    call = calls[0]
+    return len(call) == 2 and "index" in call and call.get("function", {}).keys() == {"arguments"}
+
+
 def _delta_bodies(delta: Any, state: ServerState, choice: _Choice) -> list[dict[str, Any]]:
     """One delta body for text, then one per tool-call entry (header alone, as OpenAI does);
     for the legacy functions API as it streamed them, ``delta.function_call``; custom tool
@@ -447,6 +456,10 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                     lp = _logprobs_json(u.logprobs) if (req.logprobs and k == lp_at) else None
                     if lp is None and len(body) == 1 and "content" in body:  # the per-token hot path
                         events.append(fast.content(ch.index, body["content"]))
+                        continue
+                    if lp is None and _is_arguments_fragment(body):  # the hot path of a tool call
+                        call = body["tool_calls"][0]
+                        events.append(fast.arguments(ch.index, call["index"], call["function"]["arguments"]))
                         continue
                     events.append(frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}]))
                 if u.finish_reason:

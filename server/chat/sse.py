@@ -33,6 +33,12 @@ class ContentFrames:
         return (self._head + str(index).encode() + b',"delta":{"content":' + _ENCODER.encode(text).encode()
                 + b'},"logprobs":null,"finish_reason":null}]}\n\n')
 
+    def arguments(self, index: int, call: int, text: str) -> bytes:
+        """The other per-token event: a fragment of tool call ``call``'s arguments."""
+        return (self._head + str(index).encode() + b',"delta":{"tool_calls":[{"index":' + str(call).encode()
+                + b',"function":{"arguments":' + _ENCODER.encode(text).encode()
+                + b'}}]},"logprobs":null,"finish_reason":null}]}\n\n')
+
 
 def chunk(
     *,

@@ -21,3 +21,7 @@ def test_content_frames_are_byte_for_byte_the_general_event(text, index):
         {"index": index, "delta": {"content": text}, "logprobs": None, "finish_reason": None}]))
     assert fast.content(index, text) == general
     assert json.loads(general[6:])["choices"][0]["delta"]["content"] == text
+    fragment = sse_event(chunk(id="chatcmpl-x", created=123, model='m"odel/é', choices=[
+        {"index": index, "delta": {"tool_calls": [{"index": 2, "function": {"arguments": text}}]}, "logprobs": None,
+         "finish_reason": None}]))
+    assert fast.arguments(index, 2, text) == fragment
