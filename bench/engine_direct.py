@@ -46,7 +46,8 @@ class DirectEngine:
         self._n = 0
 
     def prepare(self, body: dict[str, Any]) -> tuple[list[int], Any, bool]:
-        """(prompt token ids, vLLM SamplingParams) for one chat body, as gramserve would send them."""
+        """(prompt token ids, vLLM SamplingParams, whether tool calls may come) for one chat body,
+        as gramserve would send them."""
         from server.chat.service import prepare_chat
         from server.protocol import ChatCompletionRequest
 

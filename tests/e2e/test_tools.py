@@ -304,8 +304,11 @@ def test_a_looping_argument_is_closed_and_the_call_returned(client, model):
     """SmolLM2 writes ``"coord1": [1.0, 1.0, ...`` without end for this question; the engine's loop
     breaker closes the array after the repeats it saw, so the call comes back whole (streamed
     and not) instead of a turn cut by max_tokens with no call."""
-    q = json.loads(next(line for line in (TESTDATA / "bfcl" / "simple_python.jsonl").read_text().splitlines()
-                        if '"simple_python_83"' in line))
+    line = next((line for line in (TESTDATA / "bfcl" / "simple_python.jsonl").read_text().splitlines()
+                 if '"simple_python_83"' in line), None)
+    if line is None:
+        pytest.skip("this test data sample has no simple_python_83 (the question SmolLM2 loops on)")
+    q = json.loads(line)
     kwargs = dict(model=model, messages=q["messages"], tools=q["tools"], temperature=0, max_tokens=512,
                   tool_choice=named("calculate_distance"))
     r = client.chat.completions.create(**kwargs)
