@@ -6,7 +6,6 @@ back to another backend (or to no constraint).
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from collections import OrderedDict
@@ -58,6 +57,7 @@ class VllmEngine:
     def __init__(self, options: EngineOptions) -> None:
         from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(
@@ -84,10 +84,11 @@ class VllmEngine:
             enable_log_requests=False,
         )
         remember_validated_grammars()
-        self._break_loops = options.break_loops and _runs_v1_model_runner(args)
+        config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)  # once: the breaker's check reads it
+        self._break_loops = options.break_loops and _runs_v1_model_runner(config)
         if self._break_loops:
-            args = dataclasses.replace(args, logits_processors=[LOOP_BREAKER])
-        self._llm = AsyncLLM.from_engine_args(args)
+            config.model_config.logits_processors = [LOOP_BREAKER]
+        self._llm = AsyncLLM.from_vllm_config(config, enable_log_requests=False)
         self.model_name = options.served_model_name
         self.max_model_len = int(self._llm.model_config.max_model_len)
         self.tokenizer = self._llm.get_tokenizer()
@@ -250,15 +251,13 @@ def _spec_key(so: Any) -> tuple[str, str] | None:
     return None
 
 
-def _runs_v1_model_runner(args: Any) -> bool:
+def _runs_v1_model_runner(config: Any) -> bool:
     """Whether vLLM will use its V1 model runner, whose logits-processor interface the loop breaker implements.
 
     Model Runner V2 (the default on CUDA with Triton) takes processors of another interface;
     there the breaker stays off, with a warning, rather than failing the engine's start.
     """
-    from vllm.usage.usage_lib import UsageContext
-
-    if not args.create_engine_config(UsageContext.ENGINE_CONTEXT).use_v2_model_runner:
+    if not config.use_v2_model_runner:
         return True
     log.warning("loop breaker off: vLLM runs Model Runner V2 here; VLLM_USE_V2_MODEL_RUNNER=0 selects V1, "
                 "where it works (or pass --no-loop-breaker to silence this)")
