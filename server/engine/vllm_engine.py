@@ -88,7 +88,13 @@ class VllmEngine:
         self._break_loops = options.break_loops and _runs_v1_model_runner(config)
         if self._break_loops:
             config.model_config.logits_processors = [LOOP_BREAKER]
-        self._llm = AsyncLLM.from_vllm_config(config, enable_log_requests=False)
+        # vLLM's Prometheus metrics (exported on /metrics) but not its LoggingStatLogger: that one
+        # records every engine step for a periodic log line only vLLM's own server triggers
+        # (do_log_stats), so here it was per-token work for nothing.
+        from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+        self._llm = AsyncLLM.from_vllm_config(config, enable_log_requests=False, disable_log_stats=True,
+                                              stat_loggers=[PrometheusStatLogger])
         self.model_name = options.served_model_name
         self.max_model_len = int(self._llm.model_config.max_model_len)
         self.tokenizer = self._llm.get_tokenizer()

@@ -230,6 +230,22 @@ def test_metrics_exposed(http, model):
     assert "vllm:" in text  # the engine's own metrics beside ours
 
 
+def test_engine_metrics_count_generated_tokens(http, model):
+    """vLLM's Prometheus logger runs without its log-line logger (server/engine/vllm_engine.py):
+    its counters must still move with each request."""
+    def generated() -> float:
+        total = 0.0
+        for line in http.get("/metrics").text.splitlines():
+            if line.startswith("vllm:generation_tokens_total{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    before = generated()
+    r = http.post("/v1/chat/completions", json={"model": model, "messages": HI, "max_tokens": 4, "ignore_eos": True})
+    assert r.status_code == 200
+    assert generated() == before + 4
+
+
 def test_grafana_dashboard_metrics_exist_on_live_metrics(http, model):
     from tests.unit.test_deploy import dashboard_metric_names
 
