@@ -230,6 +230,9 @@ def test_ratio_rows_pair_repeats_and_report_spread(tmp_path) -> None:
     assert row["ttft_p50/vllm"] == pytest.approx((2.0, 1.0, 3.0))
     assert row["cpu_api_per_1k/vllm"] == pytest.approx((1.0, 0.5, 3.0))
     assert row["tok_per_s/engine"] == pytest.approx((1.0, 1.0, 1.0))
+    runs[0][0].req_per_s = 2.0  # requests/s beside tokens/s: answers may differ in length by target
+    assert ratio_rows(runs)[0]["req_per_s/vllm"] == pytest.approx((1.0, 1.0, 2.0))
+    runs[0][0].req_per_s = 1.0
     runs[2][1].errors = 1  # a failed cell leaves the ratios
     assert ratio_rows(runs)[0]["tok_per_s/vllm"] == pytest.approx((1.5, 1.0, 2.0))
     table = ratio_table([row])
