@@ -33,6 +33,7 @@ sent before it broke, streamed and non-streamed answers are the same.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import string
 from collections.abc import Callable, Collection
@@ -120,10 +121,18 @@ class FinalMessage:
     repeated: list[str] = field(default_factory=list)  # a looping duplicate call ended the turn
 
 
+FAST_STRINGS = True  # tests turn it off to compare every delta with the parsing path
+
+
 class StreamRetractionError(ValueError):
     """The new parse contradicts text already sent; deltas cannot express that."""
 
 
+# Text that, inside a JSON string, only extends the string: no quote or backslash, and none of
+# the characters any family's markers are made of ("<", "[", "|", ";", braces). A chunk of it
+# fed while the open call's arguments end inside a string extends those arguments by itself.
+_PLAIN_IN_STRING = re.compile(r"[A-Za-z0-9 .,!?'()_/:%+=*&#@$~^-]+")
+_QUOTE_OR_ESCAPE = re.compile(r'["\\]')
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 _CHECK = 32  # how much of the sent text is compared with the new parse (the rest by length)
 
@@ -137,6 +146,27 @@ def _grown(previous: str, current: str, what: str) -> str:
             f"{what} would have to be retracted: sent {previous[-40:]!r}, now {current[-40:]!r}"
         )
     return current[k:]
+
+
+def _string_state(text: str, start: int, inside: bool, escaped: bool) -> tuple[bool, bool]:
+    """Lex ``text[start:]`` for JSON strings only: whether it ends inside one (and right after
+    a backslash), given the state at ``start``. Only quotes and backslashes matter."""
+    n = len(text)
+    if escaped:
+        if start >= n:
+            return inside, True
+        start += 1
+    while (m := _QUOTE_OR_ESCAPE.search(text, start)) is not None:
+        at = m.start()
+        if text[at] == '"':
+            inside, start = not inside, at + 1
+        elif not inside:  # a backslash outside a string: not JSON, the parser will say so
+            start = at + 1
+        elif at + 1 >= n:
+            return True, True
+        else:
+            start = at + 2
+    return inside, False
 
 
 def compute_deltas(previous: Parsed, current: Parsed, *, first_index: int = 0) -> MessageDelta | None:
@@ -238,6 +268,8 @@ class MessageStream:
         self._sent_errors = 0  # how many of those the last parse sent had
         self._tail_dropped: tuple[str, ...] = ()
         self._scan_cache = ScanCache()
+        self._in_string = False  # the open call's arguments end inside a JSON string: see _extend_string
+        self._string_lex: tuple[str, int, bool, bool] | None = None  # (call id, chars lexed, inside, escaped)
 
     @property
     def text(self) -> str:
@@ -274,7 +306,11 @@ class MessageStream:
             self._done.content.append(text_delta)
             return MessageDelta(None, text_delta, ()) if self._streaming else None
         self._append(text_delta)
-        delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
+        if self._in_string and FAST_STRINGS and _PLAIN_IN_STRING.fullmatch(text_delta):
+            delta = self._extend_string(text_delta)
+        else:
+            delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
+            self._in_string = self._open_call_in_string()
         return delta if self._streaming else None
 
     def finish(self, text_delta: str = "") -> MessageDelta | None:
@@ -323,6 +359,36 @@ class MessageStream:
             errors=self._done.errors + list(self._tail_errors) + self._stream_errors,
             repeated=[self._repeat] if self._repeat else [],
         )
+
+    def _open_call_in_string(self) -> bool:
+        """Whether the last call sent is open, streamed, and its arguments end inside a JSON
+        string. Lexes only the argument text added since the last look (per call id)."""
+        sent = self._sent
+        if self._frozen or self._in_reasoning or self._repeat is not None or not sent.tool_calls:
+            return False
+        call = sent.tool_calls[-1]
+        if call.complete or call.name is None or not call.arguments:
+            return False
+        key, args = sent.tool_call_ids[-1], call.arguments
+        lex = self._string_lex
+        if lex is None or lex[0] != key or lex[1] > len(args):
+            lex = (key, 0, False, False)
+        inside, escaped = _string_state(args, lex[1], lex[2], lex[3])
+        self._string_lex = (key, len(args), inside, escaped)
+        return inside and not escaped
+
+    def _extend_string(self, text: str) -> MessageDelta:
+        """The open call's arguments grow by ``text``: what parsing the tail again would give
+        (the text is inside a JSON string and holds nothing a parser reacts to there), without
+        the parse. ``tests/unit/test_stream.py`` checks every delta against the parsing path."""
+        sent = self._sent
+        call = sent.tool_calls[-1]
+        grown = ToolCallPart(call.name, call.arguments + text, False)
+        self._sent = Parsed(sent.reasoning, sent.content, sent.tool_calls[:-1] + (grown,), sent.tool_call_ids)
+        key, seen, _, _ = self._string_lex  # type: ignore[misc]  # set when _in_string was
+        self._string_lex = (key, seen + len(text), True, False)
+        index = len(self._done.calls) + len(sent.tool_calls) - 1
+        return MessageDelta(None, None, (ToolCallDelta(index, None, None, text),))
 
     def _append(self, text: str) -> None:
         if self._in_reasoning:

@@ -255,3 +255,77 @@ def test_long_outputs_settle_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:
             chunks.append(text[i : i + k])
             i += k
         check_agree(run_stream(make, chunks, markers=("<think>", "</think>", "<tool_call>")), whole)
+
+
+# The fast path for text inside an open call's JSON string (MessageStream._extend_string)
+# must give exactly the deltas the parsing path gives, feed by feed.
+_STRING_CALLS = {
+    "hermes": ('Sure. <tool_call>\n{"name": "f", "arguments": {"note": "{s1}", "tags": ["{s2}", "b c"], '
+               '"deep": {"k": "{s3}"}}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {"q": "{s1}"}}'
+               '\n</tool_call>'),
+    "llama3_json": '<|python_tag|>{"name": "f", "parameters": {"note": "{s1}", "tags": ["{s2}"], "k": "{s3}"}}',
+    "mistral": ('[TOOL_CALLS] [{"name": "f", "arguments": {"note": "{s1}", "tags": ["{s2}"]}}, '
+                '{"name": "g", "arguments": {"q": "{s3}"}}]'),
+}
+_STRING_VALUES = [
+    "plain words, and numbers 12.5 - ok!", 'quote \\" inside', "back\\\\slash", "tab\\t and \\u00e9",
+    "brackets [x] {y} <z> </tool_call> ; |", "é东 mixed", "", "ends with a backslash \\\\",
+]
+
+
+def _deltas(parser: str, chunks: list[str], *, guard: bool) -> list[MessageDelta | None]:
+    ids = iter(f"call_{i}" for i in range(100))
+    stream = MessageStream(tool_parser=get_tool_parser(parser), reasoning_parser=None, tool_names=["f", "g"],
+                           id_factory=lambda: next(ids), guard_repeats=guard)
+    return [stream.feed(c) for c in chunks] + [stream.finish()]
+
+
+@pytest.mark.parametrize("parser", sorted(_STRING_CALLS))
+def test_text_inside_an_argument_string_streams_as_the_parser_would(parser: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(f"strings-{parser}")
+    fast_steps = 0
+    for i in range(60):
+        values = [rng.choice(_STRING_VALUES) for _ in range(3)]
+        text = _STRING_CALLS[parser]
+        for k, v in enumerate(values, 1):
+            text = text.replace("{s%d}" % k, v)
+        if i % 4 == 3:
+            text = text[: rng.randint(1, len(text))]  # cut anywhere: inside a string, a key, a marker
+        chunks, at = [], 0
+        while at < len(text):
+            n = rng.randint(1, 7)
+            chunks.append(text[at : at + n])
+            at += n
+        for guard in (False, True):
+            monkeypatch.setattr(message_stream, "FAST_STRINGS", False)
+            slow = _deltas(parser, chunks, guard=guard)
+            monkeypatch.setattr(message_stream, "FAST_STRINGS", True)
+            fast = _deltas(parser, chunks, guard=guard)
+            assert fast == slow, (text, chunks)
+            fast_steps += sum(1 for d in fast if d and d.tool_calls and d.tool_calls[0].id is None
+                              and not d.content)
+    assert fast_steps > 100  # argument fragments were streamed (the fast path had work to do)
+
+
+def test_fast_string_path_skips_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside an open string, plain text does not call the tool parser."""
+    parser = get_tool_parser("hermes")
+    calls = []
+    real = type(parser).parse
+
+    def counting(self, text, **kw):  # type: ignore[no-untyped-def]
+        calls.append(len(text))
+        return real(self, text, **kw)
+
+    monkeypatch.setattr(type(parser), "parse", counting)
+    stream = MessageStream(tool_parser=parser, reasoning_parser=None, tool_names=["f"])
+    stream.feed('<tool_call>\n{"name": "f", "arguments": {"text": "a')
+    before = len(calls)
+    deltas = [stream.feed(w) for w in ["b", " c", "d e", ".", "!"]]
+    assert len(calls) == before  # no parse for these five tokens
+    assert [d.tool_calls[0].arguments for d in deltas] == ["b", " c", "d e", ".", "!"]
+    stream.feed('"}}\n</tool_call>')
+    assert len(calls) == before + 1
+    final = stream.final_message() if stream.finish() is None else stream.final_message()
+    assert [(c.name, json.loads(c.arguments)) for c in final.tool_calls] == [("f", {"text": "ab cd e.!"})]
