@@ -444,6 +444,17 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
         async with contextlib.aclosing(choice_updates(state, p, choices, timer)) as updates:
             async for u in updates:
                 ch = u.choice
+                if len(u.deltas) == 1 and not u.finish_reason and not req.logprobs and ch.index in opened:
+                    # The per-token hot paths, byte for byte what the general path below frames.
+                    d = u.deltas[0]
+                    if d.content and not d.reasoning and not d.tool_calls:
+                        yield fast.content(ch.index, d.content)
+                        continue
+                    if not d.content and not d.reasoning and len(d.tool_calls) == 1 and not ch.legacy:
+                        tc = d.tool_calls[0]
+                        if tc.name is None and tc.index not in ch.inputs:
+                            yield fast.arguments(ch.index, tc.index, tc.arguments)
+                            continue
                 bodies = [b for d in u.deltas for b in _delta_bodies(d, state, ch)]
                 if req.logprobs and u.logprobs and not bodies:
                     bodies = [{}]

@@ -122,25 +122,22 @@ class VllmEngine:
         # so one is generated and copied to every index.
         copies = _greedy_copies(s)
         prompt = tokens_input(list(req.prompt_token_ids))
-        sent_prompt: set[int] = set()
+        sent_prompt: set[int] = set()  # choices whose first chunk (prompt size, queue time) went out
         try:
             async for out in self._llm.generate(prompt, params, req.request_id):
-                queue = _queue_seconds(out)
                 for c in out.outputs:
                     if c.finish_reason == "abort":  # never reported as a normal stop
                         raise EngineAbortedError(f"request {req.request_id} was aborted")
                     logprobs = _logprobs(c, self.tokenizer, s.logprobs) if s.logprobs is not None else ()
+                    finish = _finish_reason(c.finish_reason)
                     for index in range(c.index, c.index + copies):
-                        yield TokenChunk(
-                            index=index,
-                            text=c.text,
-                            num_tokens=len(c.token_ids),
-                            finish_reason=_finish_reason(c.finish_reason),
-                            logprobs=logprobs,
-                            prompt_tokens=len(out.prompt_token_ids or ()) if index not in sent_prompt else 0,
-                            queue_seconds=queue if index not in sent_prompt else None,
-                        )
+                        if index in sent_prompt:  # every later token: the per-token path
+                            yield TokenChunk(index, c.text, len(c.token_ids), finish, logprobs)
+                            continue
                         sent_prompt.add(index)
+                        yield TokenChunk(index, c.text, len(c.token_ids), finish, logprobs,
+                                         prompt_tokens=len(out.prompt_token_ids or ()),
+                                         queue_seconds=_queue_seconds(out))
         except VllmDead as exc:
             raise EngineDeadError(str(exc)) from exc
         except ValueError as exc:  # vLLM's own validation (e.g. grammar it rejects)
