@@ -81,7 +81,8 @@ class Settings:
     max_num_seqs: int | None = option(None, "most sequences the engine runs at once", type=int)
     stream_interval: int = option(
         1, "tokens the engine gathers per streamed update (as vLLM's flag): 1 sends every token at once; "
-        "more means fewer, larger SSE events and less front-end CPU per token", type=_at_least_one)
+        "more means fewer, larger SSE events (the engine still hands over every token, so the front end's "
+        "CPU per token stays about the same: docs/performance.md)", type=_at_least_one)
     seed: int = option(0, "the engine's default seed", type=int)
     max_concurrent_requests: int = option(0, "beyond this, answer 429 (0: unlimited)", type=int)
     max_request_bytes: int = option(4 * 1024 * 1024, "larger request bodies get 413", type=int)
