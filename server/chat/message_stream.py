@@ -128,10 +128,11 @@ class StreamRetractionError(ValueError):
     """The new parse contradicts text already sent; deltas cannot express that."""
 
 
-# Text that, inside a JSON string, only extends the string: no quote or backslash, and none of
-# the characters any family's markers are made of ("<", "[", "|", ";", braces). A chunk of it
-# fed while the open call's arguments end inside a string extends those arguments by itself.
-_PLAIN_IN_STRING = re.compile(r"[A-Za-z0-9 .,!?'()_/:%+=*&#@$~^-]+")
+# Text that, inside a JSON string, only extends the string: letters and digits of any script
+# and common punctuation; no quote or backslash, and none of the characters any family's
+# markers are made of ("<", "[", "|", ";", braces). A chunk of it fed while the open call's
+# arguments end inside a string extends those arguments by itself.
+_PLAIN_IN_STRING = re.compile(r"[\w .,!?'()/:%+=*&#@$~^-]+")
 _QUOTE_OR_ESCAPE = re.compile(r'["\\]')
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 _CHECK = 32  # how much of the sent text is compared with the new parse (the rest by length)

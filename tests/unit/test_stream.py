@@ -269,7 +269,7 @@ _STRING_CALLS = {
 }
 _STRING_VALUES = [
     "plain words, and numbers 12.5 - ok!", 'quote \\" inside', "back\\\\slash", "tab\\t and \\u00e9",
-    "brackets [x] {y} <z> </tool_call> ; |", "é东 mixed", "", "ends with a backslash \\\\",
+    "brackets [x] {y} <z> </tool_call> ; |", "é东 mixed", "Zürich straße 東京 Ελλάδα", "", "ends with a backslash \\\\",
 ]
 
 
