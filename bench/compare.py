@@ -6,12 +6,15 @@ token budget, KV cache space, XGrammar without free whitespace, vLLM's generatio
 defaults), the same chat template (``chat_templates/hermes.jinja``) and the same requests
 (:mod:`bench.workloads`), so every difference is the front end's. On a small machine only
 one runs at a time: gramserve's cells, then the vLLM server's, then the engine's, and
-again for each ``--repeats``. Prints every cell, then per cell the ratios
+again for each ``--repeats``; with ``--interleave`` both servers stay up and each cell runs
+on one right after the other (order alternating), so load from other tenants that drifts
+during a run lands on both alike. Prints every cell, then per cell the ratios
 gramserve/vLLM-server and gramserve/engine (median of the repeats, with min-max) of
 throughput, TTFT p50 and front-end (API process) CPU per token; ``--plot`` draws them.
 
     python -m bench.compare --quick                    # concurrency 1 and 8, 64 tokens
     python -m bench.compare --concurrency 1,8,32 --max-tokens 128 --repeats 2 --json out.json --plot ratios.png
+    python -m bench.compare --interleave --targets gramserve,vllm --concurrency 8,32 --repeats 2
     python -m bench.compare --workloads plain,tools_long --lengths 128,1024,4096 --concurrency 2 \
         --targets gramserve,vllm --max-model-len 8192     # CPU per token vs output length
 """
@@ -34,7 +37,7 @@ import httpx
 
 from bench.serve import Cell, default_requests, markdown_table, run_cell
 
-__all__ = ["EngineFlags", "gramserve_cmd", "vllm_cmd", "ratio_rows", "ratio_table", "plot_ratios", "main"]
+__all__ = ["EngineFlags", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
 PY = REPO / ".venv" / "bin" / "python"
@@ -132,25 +135,50 @@ def _grid(a: argparse.Namespace) -> list[tuple[str, int, int]]:
     return [(w, c, n) for n in a.lengths for w in a.workloads for c in a.concurrency]
 
 
-async def _http_cells(target: str, server: "_Server", a: argparse.Namespace) -> list[Cell]:
-    cells = []
+async def _http_cell(client: httpx.AsyncClient, target: str, server: "_Server", a: argparse.Namespace,
+                     workload: str, conc: int, n: int) -> Cell:
+    """One cell against one server; a server that died under it is restarted and the cell redone once."""
+    for attempt in (1, 2):
+        cell = await run_cell(client, target=target, workload=workload, concurrency=conc, max_tokens=n,
+                              requests=a.requests or default_requests(conc), server_pid=server.proc.pid,
+                              model=MODEL_NAME)
+        if not cell.errors or server.proc.poll() is None or attempt == 2:
+            break
+        # the server died under us (on a shared machine: the OOM killer); start it again, redo the cell
+        print(f"# {target} exited ({server.proc.returncode}) during {workload} c{conc}; restarting", flush=True)
+        server.restart()
+    print(markdown_table([cell]).splitlines()[-1], flush=True)
+    return cell
+
+
+def _client(port: int) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{server.port}/v1/", timeout=1800,
-                                 limits=limits) as client:
-        for workload, conc, n in _grid(a):
-            for attempt in (1, 2):
-                cell = await run_cell(client, target=target, workload=workload, concurrency=conc, max_tokens=n,
-                                      requests=a.requests or default_requests(conc), server_pid=server.proc.pid,
-                                      model=MODEL_NAME)
-                if not cell.errors or server.proc.poll() is None or attempt == 2:
-                    break
-                # the server died under us (on a shared machine: the OOM killer); start it again, redo the cell
-                print(f"# {target} exited ({server.proc.returncode}) during {workload} c{conc}; restarting",
-                      flush=True)
-                server.restart()
-            print(markdown_table([cell]).splitlines()[-1], flush=True)
-            cells.append(cell)
-    return cells
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}/v1/", timeout=1800, limits=limits)
+
+
+async def _http_cells(target: str, server: "_Server", a: argparse.Namespace) -> list[Cell]:
+    async with _client(server.port) as client:
+        return [await _http_cell(client, target, server, a, w, c, n) for w, c, n in _grid(a)]
+
+
+def interleaved_order(targets: Sequence[str], k: int) -> list[str]:
+    """The targets' order for the k-th cell of an interleaved run: as given, then reversed, so each
+    target goes first as often as the other and load that drifts during a run lands on both alike."""
+    return list(targets) if k % 2 == 0 else list(reversed(targets))
+
+
+async def _interleaved_cells(servers: dict[str, "_Server"], a: argparse.Namespace, rep: int) -> list[Cell]:
+    """Every cell on every running server back to back (order alternating by cell and by repeat)."""
+    clients = {t: _client(s.port) for t, s in servers.items()}
+    try:
+        cells = []
+        for i, (w, c, n) in enumerate(_grid(a)):
+            for target in interleaved_order(list(servers), i + rep):
+                cells.append(await _http_cell(clients[target], target, servers[target], a, w, c, n))
+        return cells
+    finally:
+        for client in clients.values():
+            await client.aclose()
 
 
 class _Server:
@@ -301,6 +329,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="comma-separated output lengths (each a cell)")
     ap.add_argument("--requests", type=int, default=None, help="requests per cell (default max(4, 2 x conc))")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--interleave", action="store_true",
+                    help="run gramserve and vLLM's server side by side and alternate them cell by cell "
+                         "(fairer on a shared machine; needs memory for both)")
     ap.add_argument("--port", type=int, default=8611)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--kv-cache-space", type=float, default=2.0, help="GiB (VLLM_CPU_KVCACHE_SPACE)")
@@ -310,6 +341,35 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", default=None, help="write all cells and ratios here")
     ap.add_argument("--plot", default=None, help="draw the ratios into this PNG")
     return ap
+
+
+def _server_cmd(target: str, port: int, flags: EngineFlags, model: Path) -> list[str]:
+    return gramserve_cmd(port, flags) if target == "gramserve" else vllm_cmd(port, flags, model)
+
+
+def _interleaved_runs(a: argparse.Namespace, targets: Sequence[str], flags: EngineFlags, model: Path, logs: Path,
+                      t0: float) -> list[list[Cell]]:
+    """Both servers up at once (ports --port, --port+1), each cell run on one then the other; engine-direct
+    (its own process) after each repeat's server cells, with the servers idle."""
+    http = [t for t in targets if t != "engine"]
+    servers: dict[str, _Server] = {}
+    runs = []
+    try:
+        for j, target in enumerate(http):
+            print(f"# starting {target} ({time.monotonic() - t0:.0f} s)", flush=True)
+            servers[target] = _Server(_server_cmd(target, a.port + j, flags, model), flags.env(), a.port + j,
+                                      logs / f"{target}-interleaved.log")
+        for rep in range(a.repeats):
+            print(f"# repeat {rep + 1}/{a.repeats}: {', '.join(http)} interleaved ({time.monotonic() - t0:.0f} s)",
+                  flush=True)
+            cells = asyncio.run(_interleaved_cells(servers, a, rep))
+            if "engine" in targets:
+                cells += _engine_cells(a, flags, logs / f"engine-{rep}.log")
+            runs.append(cells)
+    finally:
+        for server in servers.values():
+            server.stop()
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,21 +387,23 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[list[Cell]] = []
     t0 = time.monotonic()
     print(f"# measuring {_git_head()}", flush=True)
-    for rep in range(a.repeats):
-        cells: list[Cell] = []
-        for target in targets:
-            print(f"# repeat {rep + 1}/{a.repeats}: {target} ({time.monotonic() - t0:.0f} s)", flush=True)
-            log = logs / f"{target}-{rep}.log"
-            if target == "engine":
-                cells += _engine_cells(a, flags, log)
-                continue
-            cmd = gramserve_cmd(a.port, flags) if target == "gramserve" else vllm_cmd(a.port, flags, model)
-            server = _Server(cmd, flags.env(), a.port, log)
-            try:
-                cells += asyncio.run(_http_cells(target, server, a))
-            finally:
-                server.stop()
-        runs.append(cells)
+    if a.interleave:
+        runs = _interleaved_runs(a, targets, flags, model, logs, t0)
+    else:
+        for rep in range(a.repeats):
+            cells: list[Cell] = []
+            for target in targets:
+                print(f"# repeat {rep + 1}/{a.repeats}: {target} ({time.monotonic() - t0:.0f} s)", flush=True)
+                log = logs / f"{target}-{rep}.log"
+                if target == "engine":
+                    cells += _engine_cells(a, flags, log)
+                    continue
+                server = _Server(_server_cmd(target, a.port, flags, model), flags.env(), a.port, log)
+                try:
+                    cells += asyncio.run(_http_cells(target, server, a))
+                finally:
+                    server.stop()
+            runs.append(cells)
     all_cells = [c for cells in runs for c in cells]
     print("\n## Cells\n\n" + markdown_table(all_cells))
     others = [t for t in ("vllm", "engine") if t in targets]

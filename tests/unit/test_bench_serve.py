@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from bench._proc import ProcStat, cpu_sample, descendants, parse_stat
-from bench.compare import EngineFlags, plot_ratios, ratio_rows, ratio_table, vllm_cmd
+from bench.compare import EngineFlags, interleaved_order, plot_ratios, ratio_rows, ratio_table, vllm_cmd
 from bench.serve import Cell, RequestResult, markdown_table, parse_sse_line, percentile, run_cell, summarize
 from bench.workloads import WORKLOADS, build_workload
 
@@ -199,6 +199,51 @@ def test_load_generator_reports_http_errors() -> None:
 
     res = asyncio.run(go())
     assert not res.ok and res.error.startswith("HTTP 400")
+
+
+def test_interleaved_run_alternates_the_servers_cell_by_cell() -> None:
+    """``--interleave``: both servers up, each cell on one then the other, the order flipping by
+    cell and by repeat, so each target goes first equally often."""
+    import argparse
+    import types
+
+    from bench.compare import _interleaved_cells
+
+    arrivals: list[str] = []
+
+    class Recording(FakeSSEServer):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        async def handle(self, reader, writer) -> None:
+            n = len(self.bodies)
+            await super().handle(reader, writer)
+            if len(self.bodies) > n and self.bodies[-1].get("max_tokens") == 32:  # a timed request
+                arrivals.append(self.name)
+
+    async def go(rep: int) -> list[Cell]:
+        fakes = {name: Recording(name) for name in ("gramserve", "vllm")}
+        started = {name: await asyncio.start_server(f.handle, "127.0.0.1", 0) for name, f in fakes.items()}
+        me = types.SimpleNamespace(pid=os.getpid(), poll=lambda: None)
+        servers = {name: types.SimpleNamespace(port=s.sockets[0].getsockname()[1], proc=me)
+                   for name, s in started.items()}
+        a = argparse.Namespace(workloads=["plain"], concurrency=[1, 2], lengths=[32], requests=2)
+        try:
+            return await _interleaved_cells(servers, a, rep)
+        finally:
+            for s in started.values():
+                s.close()
+
+    for rep, first in ((0, "gramserve"), (1, "vllm")):
+        arrivals.clear()
+        cells = asyncio.run(go(rep))
+        second = "vllm" if first == "gramserve" else "gramserve"
+        assert [(c.target, c.concurrency) for c in cells] == [(first, 1), (second, 1), (second, 2), (first, 2)]
+        assert all(c.requests == 2 and not c.errors for c in cells)
+        assert arrivals == [first] * 2 + [second] * 4 + [first] * 2  # one server's cell done before the other's
+    assert [interleaved_order(["a", "b", "c"], k) for k in (0, 1, 2)] == [["a", "b", "c"], ["c", "b", "a"],
+                                                                         ["a", "b", "c"]]
 
 
 # ------------------------------------------------------------------ workloads and comparison
