@@ -29,6 +29,11 @@ class ProcStat:
     def cpu_seconds(self) -> float:
         return (self.utime + self.stime) / CLK_TCK
 
+    @property
+    def system_seconds(self) -> float:
+        """Kernel time alone (for a server: mostly its socket writes and polls)."""
+        return self.stime / CLK_TCK
+
 
 @dataclass(frozen=True)
 class CpuSample:
@@ -36,6 +41,11 @@ class CpuSample:
     per descendant pid so that a child born or gone between two samples is not miscounted."""
     own: float
     children: dict[int, float]
+    own_system: float = 0.0  # the part of ``own`` spent in the kernel
+
+    def system_since(self, earlier: "CpuSample") -> float:
+        """Kernel CPU seconds of the process itself since ``earlier``."""
+        return self.own_system - earlier.own_system
 
     def minus(self, earlier: "CpuSample") -> tuple[float, float]:
         """(own, children) CPU seconds spent since ``earlier``; a child new since then counts whole."""
@@ -89,7 +99,8 @@ def cpu_sample(pid: int, proc: Path = PROC) -> CpuSample:
     own = next((s for s in stats if s.pid == pid), None)
     if own is None:
         raise ProcessLookupError(f"no process {pid}: pass the server's pid with --server-pid")
-    return CpuSample(own=own.cpu_seconds, children={s.pid: s.cpu_seconds for s in descendants(pid, stats)})
+    return CpuSample(own=own.cpu_seconds, children={s.pid: s.cpu_seconds for s in descendants(pid, stats)},
+                     own_system=own.system_seconds)
 
 
 def listening_pid(port: int) -> int | None:

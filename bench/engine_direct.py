@@ -99,9 +99,9 @@ class DirectEngine:
         await asyncio.gather(*(self.one(p) for p in warm))
         before = cpu_sample(os.getpid())
         results, wall = await run_level(self.one, prepared, concurrency=concurrency, requests=requests)
-        cpu = cpu_sample(os.getpid()).minus(before)
+        after = cpu_sample(os.getpid())
         return summarize(results, wall_s=wall, target="engine", workload=workload, concurrency=concurrency,
-                         max_tokens=max_tokens, cpu=cpu)
+                         max_tokens=max_tokens, cpu=after.minus(before), cpu_api_sys=after.system_since(before))
 
 
 def _parser() -> argparse.ArgumentParser:

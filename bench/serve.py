@@ -63,6 +63,7 @@ class Cell:
     e2e_p95: float | None
     cpu_api_s: float | None = None  # the server process itself
     cpu_engine_s: float | None = None  # its descendants
+    cpu_api_sys_s: float | None = None  # the kernel part of cpu_api_s (socket writes, polls)
     first_error: str | None = None
 
     @property
@@ -72,6 +73,11 @@ class Cell:
     @property
     def cpu_engine_per_1k(self) -> float | None:
         return None if self.cpu_engine_s is None or not self.tokens else self.cpu_engine_s * 1000 / self.tokens
+
+    @property
+    def api_sys_share(self) -> float | None:
+        """How much of the API process's CPU was kernel time (0-1)."""
+        return None if self.cpu_api_sys_s is None or not self.cpu_api_s else self.cpu_api_sys_s / self.cpu_api_s
 
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "cpu_api_per_1k": self.cpu_api_per_1k, "cpu_engine_per_1k": self.cpu_engine_per_1k}
@@ -91,7 +97,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def summarize(results: Sequence[RequestResult], *, wall_s: float, target: str, workload: str, concurrency: int,
-              max_tokens: int, cpu: tuple[float, float] | None = None) -> Cell:
+              max_tokens: int, cpu: tuple[float, float] | None = None, cpu_api_sys: float | None = None) -> Cell:
     """One cell's figures from its requests' results and the wall time they took together."""
     good = [r for r in results if r.ok]
     tokens = sum(r.tokens for r in good)
@@ -106,7 +112,7 @@ def summarize(results: Sequence[RequestResult], *, wall_s: float, target: str, w
         ttft_p50=percentile(ttfts, 50), ttft_p95=percentile(ttfts, 95),
         itl_p50=percentile(itls, 50), itl_p95=percentile(itls, 95),
         e2e_p50=percentile(e2es, 50), e2e_p95=percentile(e2es, 95),
-        cpu_api_s=cpu[0] if cpu else None, cpu_engine_s=cpu[1] if cpu else None,
+        cpu_api_s=cpu[0] if cpu else None, cpu_engine_s=cpu[1] if cpu else None, cpu_api_sys_s=cpu_api_sys,
         first_error=bad[0].error if bad else None,
     )
 
@@ -218,7 +224,7 @@ async def run_cell(client: httpx.AsyncClient, *, target: str, workload: str, con
     after = _sample(server_pid)
     cpu = after.minus(before) if before and after else None
     return summarize(results, wall_s=wall, target=target, workload=workload, concurrency=concurrency,
-                     max_tokens=max_tokens, cpu=cpu)
+                     max_tokens=max_tokens, cpu=cpu, cpu_api_sys=after.system_since(before) if cpu else None)
 
 
 def _f(x: float | None, scale: float = 1.0, digits: int = 0) -> str:
@@ -228,14 +234,14 @@ def _f(x: float | None, scale: float = 1.0, digits: int = 0) -> str:
 def markdown_table(cells: Sequence[Cell]) -> str:
     """The cells as a markdown table (latencies in ms, E2E in s, CPU in s per 1k completion tokens)."""
     head = ("| target | workload | conc | max_tokens | req | err | req/s | tok/s | TTFT p50/p95 ms | ITL p50/p95 ms "
-            "| E2E p50/p95 s | API CPU s/1k tok | engine CPU s/1k tok |")
+            "| E2E p50/p95 s | API CPU s/1k tok | API sys % | engine CPU s/1k tok |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in cells:
         rows.append(
             f"| {c.target} | {c.workload} | {c.concurrency} | {c.max_tokens} | {c.requests} | {c.errors} "
             f"| {c.req_per_s:.2f} | {c.tok_per_s:.1f} | {_f(c.ttft_p50, 1000)}/{_f(c.ttft_p95, 1000)} "
             f"| {_f(c.itl_p50, 1000, 1)}/{_f(c.itl_p95, 1000, 1)} | {_f(c.e2e_p50, 1, 2)}/{_f(c.e2e_p95, 1, 2)} "
-            f"| {_f(c.cpu_api_per_1k, 1, 2)} | {_f(c.cpu_engine_per_1k, 1, 2)} |")
+            f"| {_f(c.cpu_api_per_1k, 1, 2)} | {_f(c.api_sys_share, 100)} | {_f(c.cpu_engine_per_1k, 1, 2)} |")
     return "\n".join(rows)
 
 

@@ -44,17 +44,20 @@ def test_summarize_counts_only_good_requests() -> None:
     results = [RequestResult(ok=True, ttft=0.1, itls=[0.01, 0.03], e2e=1.0, tokens=10),
                RequestResult(ok=True, ttft=0.3, itls=[0.02], e2e=2.0, tokens=30),
                RequestResult(ok=False, e2e=0.5, tokens=99, error="HTTP 400: no")]
-    c = summarize(results, wall_s=4.0, target="t", workload="plain", concurrency=2, max_tokens=32, cpu=(0.8, 2.0))
+    c = summarize(results, wall_s=4.0, target="t", workload="plain", concurrency=2, max_tokens=32, cpu=(0.8, 2.0),
+                  cpu_api_sys=0.2)
     assert (c.requests, c.errors, c.tokens) == (3, 1, 40)
     assert c.req_per_s == pytest.approx(0.5) and c.tok_per_s == pytest.approx(10.0)
     assert c.ttft_p50 == pytest.approx(0.2) and c.itl_p50 == pytest.approx(0.02)
     assert c.e2e_p95 == pytest.approx(1.95)
     assert c.cpu_api_per_1k == pytest.approx(20.0) and c.cpu_engine_per_1k == pytest.approx(50.0)
+    assert c.api_sys_share == pytest.approx(0.25)
     assert c.first_error == "HTTP 400: no"
     assert c.as_dict()["cpu_api_per_1k"] == pytest.approx(20.0)
     row = markdown_table([c]).splitlines()
     assert len(row) == 3 and row[1].count("---") == row[0].count("|") - 1
     assert "| 200/290 |" in row[2]  # TTFT p50/p95 in ms
+    assert "| 20.00 | 25 | 50.00 |" in row[2]  # API CPU, its kernel share in %, engine CPU
 
 
 # ------------------------------------------------------------------ /proc
@@ -91,6 +94,28 @@ def test_cpu_sample_counts_a_busy_child() -> None:
         child.wait()
     with pytest.raises(ProcessLookupError):
         cpu_sample(2**22 + 12345)
+
+
+def test_cpu_sample_splits_out_kernel_time() -> None:
+    """System calls land in ``own_system`` (a server's socket writes), pure Python does not."""
+    before = cpu_sample(os.getpid())
+    fd = os.open(os.devnull, os.O_WRONLY)
+    try:
+        t = time.process_time()
+        while time.process_time() - t < 0.5:
+            for _ in range(1000):
+                os.write(fd, b"x" * 4096)
+    finally:
+        os.close(fd)
+    mid = cpu_sample(os.getpid())
+    t = time.process_time()
+    n = 0
+    while time.process_time() - t < 0.5:  # (process_time is itself a system call: call it rarely)
+        for _ in range(100_000):
+            n += 1
+    after = cpu_sample(os.getpid())
+    assert mid.system_since(before) > 0.1  # writes: much of it in the kernel
+    assert after.system_since(mid) < 0.5 * after.minus(mid)[0]  # a Python loop: mostly user time
 
 
 # ------------------------------------------------------------------ SSE parsing
