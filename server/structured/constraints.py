@@ -95,8 +95,13 @@ class Constraint:
 
     def cache_key(self) -> str:
         """Kind + compact JSON of the value. Keys are NOT sorted: property order is part of
-        the grammar (xgrammar emits properties in schema order)."""
-        return self.kind + ":" + json.dumps(self.value, separators=(",", ":"), ensure_ascii=False)
+        the grammar (xgrammar emits properties in schema order). Computed once per object:
+        an agent's remembered constraint is looked up again on every turn."""
+        key = self.__dict__.get("_key")
+        if key is None:
+            key = self.kind + ":" + json.dumps(self.value, separators=(",", ":"), ensure_ascii=False)
+            self.__dict__["_key"] = key  # a frozen dataclass: not a field, so eq and hash are unchanged
+        return key
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from server.config import Settings
 from server.engine.fake import CharTokenizer
 from tests.sse_validator import validate_sse
 from tests.unit._front import (
-    HELLO, TIME_TOOL, WEATHER_SCRIPT, WEATHER_TOOL, chat as _chat, events as _events, script as _script,
+    HELLO, TIME_TOOL, USER, WEATHER_SCRIPT, WEATHER_TOOL, chat as _chat, events as _events, script as _script,
     stream_raw as _stream_raw,
 )
 
@@ -405,6 +405,41 @@ def test_completions_constraint(make_app):
     r = b.client().post("/v1/completions", json={"prompt": "Q?", "structured_outputs": {"choice": ["yes", "no"]}})
     assert r.status_code == 200
     assert _constraint(b).kind == "choice"
+
+
+def test_same_tools_again_reuse_the_checked_constraint(make_app, monkeypatch):
+    """An agent's next turn with the same tools gets the remembered constraint without the checks
+    running again; another property order is another grammar; a bad request is never remembered."""
+    from server.structured import from_request
+
+    checks: list[str] = []
+    real = from_request.schema_limits
+    monkeypatch.setattr(from_request, "schema_limits", lambda state, schema, *, param: (checks.append(param),
+                                                                                         real(state, schema, param=param)))
+    b = make_app(script=_script(WEATHER_SCRIPT))
+    c = b.client()
+    turn2 = USER + [{"role": "assistant", "content": "Which city?"}, {"role": "user", "content": "Paris"}]
+    for messages in (USER, turn2):
+        assert _chat(c, messages=messages, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=200).status_code == 200
+    first, second = b.engine.requests[-2].constraint, b.engine.requests[-1].constraint
+    assert second is first and len(checks) == 1 and len(b.state.constraint_memo) == 1
+    props = {"unit": {"enum": ["c", "f"]}, "city": {"type": "string"}}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": props, "required": ["city"]}}}]
+    reordered = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": dict(reversed(props.items())), "required": ["city"]}}}]
+    assert _chat(c, tools=tools, tool_choice="required", max_tokens=200).status_code == 200
+    assert _chat(c, tools=reordered, tool_choice="required", max_tokens=200).status_code == 200
+    a, r = b.engine.requests[-2].constraint, b.engine.requests[-1].constraint
+    assert a is not r and a.cache_key() != r.cache_key() and len(checks) == 3
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(b.state.settings.max_schema_depth + 2):
+        deep = {"type": "object", "properties": {"x": deep}}
+    bad = [{"type": "function", "function": {"name": "f", "parameters": deep}}]
+    for _ in range(2):  # checked (and refused) every time
+        r2 = _chat(c, tools=bad, tool_choice="required", max_tokens=20)
+        assert r2.status_code == 400 and r2.json()["error"]["code"] == "schema_too_deep"
+    assert len(checks) == 5 and len(b.state.constraint_memo) == 3
 
 
 
