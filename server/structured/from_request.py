@@ -164,10 +164,14 @@ class ConstraintMemo:
     """Per process (on the ServerState), bounded, least recently used first: a request's checked
     constraint by its inputs. An agent sends the same tools on every turn, and checking and
     building their constraint again cost ~1 ms per tool (32 tools: 30 ms of CPU per request);
-    one JSON dump of the inputs finds it. Only successes are kept; a bad request is checked anew."""
+    one JSON dump of the inputs finds it. Only successes are kept; a bad request is checked anew.
+    Bounded in entries and in the size of their inputs (what they hold grows with it), so
+    clients sending large, ever new tool sets cannot grow it; an entry above 1/16 of the size
+    bound is not kept."""
 
-    def __init__(self, max_entries: int = 256) -> None:
-        self._max = max_entries
+    def __init__(self, max_entries: int = 256, max_chars: int = 8 << 20) -> None:
+        self._max, self._max_chars = max_entries, max_chars
+        self._chars = 0
         self._items: OrderedDict[str, tuple[Any, dict | None, bool]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -179,10 +183,14 @@ class ConstraintMemo:
             return found
 
     def put(self, key: str, value: tuple[Any, dict | None, bool]) -> None:
+        if len(key) > self._max_chars // 16:
+            return
         with self._lock:
+            if key not in self._items:
+                self._chars += len(key)
             self._items[key] = value
-            while len(self._items) > self._max:
-                self._items.popitem(last=False)
+            while len(self._items) > self._max or self._chars > self._max_chars:
+                self._chars -= len(self._items.popitem(last=False)[0])
 
     def __len__(self) -> int:
         return len(self._items)
