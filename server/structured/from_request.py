@@ -19,8 +19,8 @@ from server.state import ServerState
 from server.structured.constraints import ConstraintError, check_schema, nesting_exceeds
 from server.structured.schema_support import normalize_schema
 
-__all__ = ["ConstraintMemo", "build_constraint", "request_constraint", "compile_checked", "schema_request", "schema_limits",
-           "constraint_limits", "MAX_CHOICES"]
+__all__ = ["ConstraintMemo", "build_constraint", "request_constraint", "compile_checked", "schema_request",
+           "schema_limits", "constraint_limits", "MAX_CHOICES"]
 
 MAX_CHOICES = 1024  # a choice list is a grammar of alternatives: beyond this it is a schema's job
 

@@ -414,13 +414,17 @@ def test_same_tools_again_reuse_the_checked_constraint(make_app, monkeypatch):
 
     checks: list[str] = []
     real = from_request.schema_limits
-    monkeypatch.setattr(from_request, "schema_limits", lambda state, schema, *, param: (checks.append(param),
-                                                                                         real(state, schema, param=param)))
+    def counted(state, schema, *, param):
+        checks.append(param)
+        return real(state, schema, param=param)
+
+    monkeypatch.setattr(from_request, "schema_limits", counted)
     b = make_app(script=_script(WEATHER_SCRIPT))
     c = b.client()
     turn2 = USER + [{"role": "assistant", "content": "Which city?"}, {"role": "user", "content": "Paris"}]
     for messages in (USER, turn2):
-        assert _chat(c, messages=messages, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=200).status_code == 200
+        r = _chat(c, messages=messages, tools=[WEATHER_TOOL], tool_choice="required", max_tokens=200)
+        assert r.status_code == 200
     first, second = b.engine.requests[-2].constraint, b.engine.requests[-1].constraint
     assert second is first and len(checks) == 1 and len(b.state.constraint_memo) == 1
     props = {"unit": {"enum": ["c", "f"]}, "city": {"type": "string"}}
