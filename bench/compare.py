@@ -37,7 +37,8 @@ import httpx
 
 from bench.serve import Cell, default_requests, markdown_table, run_cell
 
-__all__ = ["EngineFlags", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios", "main"]
+__all__ = ["EngineFlags", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios",
+           "main"]
 
 REPO = Path(__file__).resolve().parents[1]
 PY = REPO / ".venv" / "bin" / "python"
