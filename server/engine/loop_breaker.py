@@ -26,6 +26,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+from server.lru import BoundedLRU
+
 __all__ = [
     "CHECK_EVERY",
     "EXTRA_ARG",
@@ -137,17 +139,14 @@ class ClosingTokens:
     def __init__(self, vocab: Sequence[bytes], *, to_ids: Any = list, max_entries: int = 64) -> None:
         self._vocab = vocab
         self._to_ids = to_ids  # list -> the logits' index type (a tensor on their device)
-        self._max = max_entries
-        self._cache: dict[tuple[bytes, bool], Any] = {}
+        self._cache: BoundedLRU[tuple[bytes, bool], Any] = BoundedLRU(max_entries=max_entries)
 
     def ids(self, closing: bytes, *, in_string: bool) -> Any:
         key = (closing, in_string)
         found = self._cache.get(key)
         if found is None:
             found = self._to_ids([i for i, t in enumerate(self._vocab) if t and closes(t, closing, in_string=in_string)])
-            if len(self._cache) >= self._max:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = found
+            self._cache.put(key, found)
         return found
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
@@ -23,6 +22,7 @@ from server.engine.base import (
 )
 from server.engine.loop_breaker import EXTRA_ARG as BREAK_LOOPS
 from server.engine.loop_breaker import FQCN as LOOP_BREAKER
+from server.lru import BoundedLRU
 
 __all__ = ["EngineOptions", "VllmEngine", "remember_validated_grammars", "structured_outputs_params"]
 
@@ -225,18 +225,15 @@ def remember_validated_grammars() -> None:
         return
     if getattr(original, "remembers_specs", False):
         return
-    passed: OrderedDict[tuple[str, str], None] = OrderedDict()
+    passed: BoundedLRU[tuple[str, str], bool] = BoundedLRU(max_entries=_VALIDATED_MAX, max_chars=32 << 20)
 
     def validate(sampling_params: Any) -> None:
         key = _spec_key(sampling_params.structured_outputs)
-        if key is not None and key in passed:
-            passed.move_to_end(key)
+        if key is not None and passed.get(key):
             return
         original(sampling_params)
         if key is not None:
-            passed[key] = None
-            if len(passed) > _VALIDATED_MAX:
-                passed.popitem(last=False)
+            passed.put(key, True)
 
     validate.remembers_specs = True  # type: ignore[attr-defined]
     backend_xgrammar.validate_xgrammar_grammar = validate

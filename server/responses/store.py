@@ -8,13 +8,12 @@ recently used first) or the TTL are gone, and their ids answer 404.
 """
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from server.errors import APIError
+from server.lru import BoundedLRU
 
 __all__ = ["StoredResponse", "ResponseStore"]
 
@@ -33,30 +32,20 @@ class ResponseStore:
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self._clock = clock
-        self._items: OrderedDict[str, tuple[float, StoredResponse]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._items: BoundedLRU[str, tuple[float, StoredResponse]] = BoundedLRU(max_entries=max_entries)
 
     def __len__(self) -> int:
         return len(self._items)
 
     def put(self, entry: StoredResponse) -> None:
-        if self.max_entries <= 0:
-            return
-        with self._lock:
-            self._items[entry.body["id"]] = (self._clock() + self.ttl_s, entry)
-            self._items.move_to_end(entry.body["id"])
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
+        self._items.put(entry.body["id"], (self._clock() + self.ttl_s, entry))
 
     def get(self, response_id: str, *, param: str | None = None) -> StoredResponse:
         """The stored response; 404 in the error envelope when unknown, expired or evicted."""
-        with self._lock:
-            found = self._items.get(response_id)
-            if found is not None and found[0] < self._clock():
-                del self._items[response_id]
-                found = None
-            if found is not None:
-                self._items.move_to_end(response_id)
+        found = self._items.get(response_id)
+        if found is not None and found[0] < self._clock():
+            self._items.pop(response_id)
+            found = None
         if found is None:
             raise APIError(f"No response with id '{response_id}' is stored here (it was never stored, has expired "
                            f"after {self.ttl_s:g} s, or was evicted by newer ones). Send the conversation as "
@@ -65,5 +54,4 @@ class ResponseStore:
 
     def delete(self, response_id: str) -> None:
         self.get(response_id)
-        with self._lock:
-            self._items.pop(response_id, None)
+        self._items.pop(response_id)

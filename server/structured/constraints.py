@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from server.lru import BoundedLRU
 from server.structured.vllm_limits import vllm_json_refusal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -245,24 +244,21 @@ def nesting_exceeds(doc: Any, limit: int) -> bool:
     return True
 
 
-_CHECKS: "OrderedDict[str, str | None]" = OrderedDict()  # kind + canonical JSON -> problem (None: fine)
-_CHECKS_MAX = 1024
-_CHECKS_LOCK = threading.Lock()
+_UNSEEN = object()
+# kind + canonical JSON -> problem (None: fine). Keys are client schemas (each up to
+# --max-schema-bytes): bounded in their size too.
+_CHECKS: BoundedLRU[str, str | None] = BoundedLRU(max_entries=1024, max_chars=32 << 20)
 
 
 def _remembered_problem(kind: str, doc: Any, find: Callable[[], str | None]) -> str | None:
-    """``find()``'s outcome for ``doc``, remembered (bounded, least recently used first): agents
-    send the same tools on every turn, and checking them costs milliseconds per schema."""
+    """``find()``'s outcome for ``doc``, remembered: agents send the same tools on every turn,
+    and checking them costs milliseconds per schema."""
     key = kind + json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    with _CHECKS_LOCK:
-        if key in _CHECKS:
-            _CHECKS.move_to_end(key)
-            return _CHECKS[key]
+    found = _CHECKS.get(key, _UNSEEN)  # type: ignore[arg-type]
+    if found is not _UNSEEN:
+        return found
     problem = find()
-    with _CHECKS_LOCK:
-        _CHECKS[key] = problem
-        while len(_CHECKS) > _CHECKS_MAX:
-            _CHECKS.popitem(last=False)
+    _CHECKS.put(key, problem)
     return problem
 
 

@@ -8,18 +8,17 @@ loosely is rejected; without ``strict`` it is served and validated afterwards.
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from server import metrics
+from server.lru import BoundedLRU
 from server.errors import bad_request
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
 from server.structured.constraints import ConstraintError, check_schema, nesting_exceeds
 from server.structured.schema_support import normalize_schema
 
-__all__ = ["ConstraintMemo", "build_constraint", "request_constraint", "compile_checked", "schema_request",
+__all__ = ["new_constraint_memo", "build_constraint", "request_constraint", "compile_checked", "schema_request",
            "schema_limits", "constraint_limits", "MAX_CHOICES"]
 
 MAX_CHOICES = 1024  # a choice list is a grammar of alternatives: beyond this it is a schema's job
@@ -160,45 +159,19 @@ def schema_request(schema: dict[str, Any]) -> ChatCompletionRequest:
     })
 
 
-class ConstraintMemo:
-    """Per process (on the ServerState), bounded, least recently used first: a request's checked
-    constraint by its inputs. An agent sends the same tools on every turn, and checking and
-    building their constraint again cost ~1 ms per tool (32 tools: 30 ms of CPU per request);
-    one JSON dump of the inputs finds it. Only successes are kept; a bad request is checked anew.
-    Bounded in entries and in the size of their inputs (what they hold grows with it), so
-    clients sending large, ever new tool sets cannot grow it; an entry above 1/16 of the size
-    bound is not kept."""
-
-    def __init__(self, max_entries: int = 256, max_chars: int = 8 << 20) -> None:
-        self._max, self._max_chars = max_entries, max_chars
-        self._chars = 0
-        self._items: OrderedDict[str, tuple[Any, dict | None, bool]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> tuple[Any, dict | None, bool] | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is not None:
-                self._items.move_to_end(key)
-            return found
-
-    def put(self, key: str, value: tuple[Any, dict | None, bool]) -> None:
-        if len(key) > self._max_chars // 16:
-            return
-        with self._lock:
-            if key not in self._items:
-                self._chars += len(key)
-            self._items[key] = value
-            while len(self._items) > self._max or self._chars > self._max_chars:
-                self._chars -= len(self._items.popitem(last=False)[0])
-
-    def __len__(self) -> int:
-        return len(self._items)
+def new_constraint_memo() -> BoundedLRU[str, tuple[Any, dict | None, bool]]:
+    """Per process (on the ServerState): a request's checked constraint by its inputs. An agent
+    sends the same tools on every turn, and checking and building their constraint again cost
+    ~1 ms per tool (32 tools: 30 ms of CPU per request); one JSON dump of the inputs finds it.
+    Only successes are kept; a bad request is checked anew. Bounded in entries and in the size
+    of their inputs (what they hold grows with it), so clients sending large, ever new tool sets
+    cannot grow it."""
+    return BoundedLRU(max_entries=256, max_chars=8 << 20)
 
 
-def _memo(state: ServerState) -> ConstraintMemo:
+def _memo(state: ServerState) -> BoundedLRU[str, tuple[Any, dict | None, bool]]:
     if state.constraint_memo is None:
-        state.constraint_memo = ConstraintMemo()
+        state.constraint_memo = new_constraint_memo()
     return state.constraint_memo
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from server.lru import BoundedLRU
 from server.structured.constraints import Constraint, _is_lark, _xgr_message
 from server.engine.vllm_plugin import lower_thread_priority
 
@@ -92,6 +92,7 @@ class GrammarCache:
         disable_any_whitespace: bool = False,
         max_stuck: int = 4,
         cache_limit_bytes: int = 256 * 1024 * 1024,
+        max_key_chars: int = 64 << 20,
     ) -> None:
         self._info_source = tokenizer_info
         self._compiler: Any = None
@@ -100,7 +101,8 @@ class GrammarCache:
         self.disable_any_whitespace = disable_any_whitespace
         self.max_stuck = max_stuck
         self.cache_limit_bytes = cache_limit_bytes
-        self._entries: OrderedDict[str, CompileResult] = OrderedDict()
+        # Keys are constraint texts (client schemas): bounded in their total size too.
+        self._entries: BoundedLRU[str, CompileResult] = BoundedLRU(max_entries=max_entries, max_chars=max_key_chars)
         self._inflight: dict[str, Future[CompileResult]] = {}
         self._lock = threading.Lock()
         # Keys whose compile outlived the timeout and still runs (xgrammar cannot be
@@ -124,8 +126,7 @@ class GrammarCache:
             return self._compiler
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
+        return len(self._entries)
 
     def _run(self, constraint: Constraint) -> CompileResult:
         start = time.perf_counter()
@@ -142,7 +143,6 @@ class GrammarCache:
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
-                self._entries.move_to_end(key)
                 return CompileResult(hit.ok, 0.0, True, hit.error)
             if key in self._stuck:
                 return self._too_slow()
@@ -175,10 +175,7 @@ class GrammarCache:
         with self._lock:
             self._inflight.pop(key, None)
             self._stuck.discard(key)  # finished after all: its outcome is cached like any other
-            self._entries[key] = result
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._entries.put(key, result)
         future.set_result(result)
 
     def _too_slow(self) -> CompileResult:

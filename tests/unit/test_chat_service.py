@@ -446,26 +446,6 @@ def test_same_tools_again_reuse_the_checked_constraint(make_app, monkeypatch):
     assert len(checks) == 5 and len(b.state.constraint_memo) == 3
 
 
-def test_constraint_memo_is_bounded_by_entries_and_size():
-    from server.structured.from_request import ConstraintMemo
-
-    memo = ConstraintMemo(max_entries=3, max_chars=1600)
-    for i in range(5):
-        memo.put(f"{i}".ljust(50), (i, None, False))
-    assert len(memo) == 3 and memo.get("0".ljust(50)) is None and memo.get("4".ljust(50)) == (4, None, False)
-    memo.put("big".ljust(101), ("big", None, False))  # above 1/16 of the size bound: not kept
-    assert memo.get("big".ljust(101)) is None and len(memo) == 3
-    for i in range(20):  # 80 characters each: the size bound (1,600) holds at most 20, the entry bound 3
-        memo.put(f"k{i}".ljust(80), (i, None, False))
-    assert len(memo) == 3 and memo.get("k19".ljust(80)) == (19, None, False)
-    wide = ConstraintMemo(max_entries=100, max_chars=1600)
-    for i in range(40):
-        wide.put(f"k{i}".ljust(100), (i, None, False))
-    assert len(wide) == 16 and wide.get("k39".ljust(100)) is not None and wide.get("k23".ljust(100)) is None
-
-
-
-
 def _first_deltas(raw: str) -> list[dict[str, Any]]:
     return [e["choices"][0]["delta"] for e in _events(raw)[:2] if isinstance(e, dict) and e["choices"]]
 

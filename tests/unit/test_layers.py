@@ -1,5 +1,6 @@
 """server/ is layered: imports only run down (api -> responses -> chat -> structured -> engine; base modules
-below the feature packages, the engine adapter at the bottom)."""
+below the feature packages, the engine adapter below them, and leaf utilities such as server.lru, which import
+nothing of the server, at the very bottom)."""
 from __future__ import annotations
 
 import ast
@@ -9,7 +10,8 @@ import pytest
 
 SERVER = Path(__file__).resolve().parents[2] / "server"
 TOP = {"server.runner", "server.__main__"}  # the process: builds everything
-RANKS = {"server.api": 5, "server.responses": 4, "server.chat": 3, "server.structured": 2, "server.engine": 0}
+RANKS = {"server.api": 5, "server.responses": 4, "server.chat": 3, "server.structured": 2, "server.engine": 0,
+         "server.lru": -1}
 BASE = 1  # config, errors, logs, metrics, protocol, state, default_model
 
 
