@@ -2,9 +2,11 @@
 
 Runs :func:`server.chat.service.prepare_chat` in process (the scripted FakeEngine stands in
 for the engine; the renderer, tokenizer and grammar checks are the real ones for the embedded
-model; the FakeEngine counts one token per character) for requests with 0, 1, 8 and 32 tools and a json_schema request, and prints the
+model) for requests with 0, 1, 8 and 32 tools and a json_schema request, and prints the
 milliseconds per request the first time a tool set is seen (cold: schema checks run) and
-when it is sent again (warm: what an agent's every later turn costs).
+when it is sent again (warm). The ``agent next turn`` row is the bench's agent transcript
+turn by turn: each prompt is new, but all of it except the last user message was the
+previous turn's prompt (what a real agent sends; cold there is the transcript's first turn).
 
     python -m bench.prepare_cost [--repeats 50]
 """
@@ -52,13 +54,15 @@ def _state() -> Any:
     model = ensure_default_model(progress=False)
     tok = transformers.AutoTokenizer.from_pretrained(str(model))
     cache = GrammarCache(lambda: tokenizer_info_from_hf(tok), max_entries=64, compile_timeout_s=120)
-    return ServerState(settings=Settings(), engine=FakeEngine(max_model_len=1 << 20), grammar_cache=cache,
+    return ServerState(settings=Settings(), engine=FakeEngine(max_model_len=1 << 20, tokenizer=tok),
+                       grammar_cache=cache,
                        renderer=ChatRenderer.from_model(model_dir_or_tokenizer=str(model), chat_template="hermes"),
                        tool_parser=get_tool_parser("hermes"))
 
 
 def main(argv: list[str] | None = None) -> None:
     from server.chat.service import prepare_chat
+    from bench.workloads import _agent_bodies
     from server.protocol import ChatCompletionRequest
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,6 +80,13 @@ def main(argv: list[str] | None = None) -> None:
             prepare_chat(state, req)
         warm = (time.process_time() - t0) * 1000 / args.repeats
         print(f"| {name} | {cold:.1f} | {warm:.2f} |")
+    turns = [ChatCompletionRequest.model_validate(b) for b in _agent_bodies()]
+    times = []
+    for req in turns:
+        t0 = time.process_time()
+        prepare_chat(state, req)
+        times.append((time.process_time() - t0) * 1000)
+    print(f"| agent next turn ({len(turns)} turns) | {times[0]:.1f} | {sum(times[1:]) / (len(times) - 1):.2f} |")
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ def build_state(settings: Settings) -> ServerState:
 
     from server.engine.vllm_engine import EngineOptions, VllmEngine
     from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
+    from server.chat.prompt_tokens import guard_for
     from server.chat.render import ChatRenderer
 
     defaults = apply_platform_defaults(settings)
@@ -96,6 +97,7 @@ def build_state(settings: Settings) -> ServerState:
         chat_template=settings.chat_template,
         default=default_template,
     )
+    guard_for(engine.tokenizer).encode  # built now (~0.2 s), not in the first request's time to first token
     parser_name = settings.tool_call_parser
     if parser_name == "auto":  # a built-in template names its format; otherwise read the markers
         parser_name = renderer.template_name if renderer.template_name in BUILTIN_TEMPLATES \

@@ -222,3 +222,80 @@ def test_through_the_app(make_app: Any, tok: Any) -> None:
     ids = list(b.engine.requests[0].prompt_token_ids)
     assert ids == tokenize_chat_prompt(b.state.renderer, tok, [{"role": "user", "content": EVIL}])[1]
     assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_TOKENS))
+def test_piecewise_encode_is_exactly_the_whole_encode(hf_model_dir: Path, family: str) -> None:
+    """The remembered pieces give the ids one encode gives, whatever the text: random mixes of
+    added tokens, whitespace, digits, non-ASCII and JSON punctuation, for each family's tokens."""
+    import random
+
+    from server.chat.prompt_tokens import SegmentEncoder
+
+    t = _load(hf_model_dir)
+    if FAMILY_TOKENS[family]:
+        t.add_special_tokens({"additional_special_tokens": FAMILY_TOKENS[family]})
+    pieces = SegmentEncoder.build(t)
+    assert pieces is not None
+    added = [a.content for a in t.backend_tokenizer.get_added_tokens_decoder().values()]
+    alphabet = [*"ab \n\t{}\":,.09é東🙂<>|_[]/", *added, " x", "  ", "\n\n"]
+    rng = random.Random(13)
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert pieces.encode(text) == t.encode(text, add_special_tokens=False), text
+
+
+def test_an_agents_next_turn_encodes_only_its_new_piece(tok: Any) -> None:
+    from server.chat.prompt_tokens import SegmentEncoder
+
+    pieces = SegmentEncoder.build(tok)
+    assert pieces is not None
+    r = renderer("hermes")
+    history = [{"role": "system", "content": "You are terse. " * 50},
+               {"role": "user", "content": "first question " * 20}]
+    pieces.encode(r.render(history, tools=[TOOL]))
+    encoded: list[str] = []
+    private = pieces._private
+
+    class Counting:
+        def encode(self, text: str, **kw: Any) -> Any:
+            encoded.append(text)
+            return private.encode(text, **kw)
+
+    pieces._private = Counting()
+    nxt = history + [{"role": "assistant", "content": "an answer"}, {"role": "user", "content": "and then?"}]
+    text = r.render(nxt, tools=[TOOL])
+    assert pieces.encode(text) == tok.encode(text, add_special_tokens=False)
+    assert all("You are terse" not in e and "first question" not in e for e in encoded)
+    assert sum(map(len, encoded)) < 60, encoded  # the new turns' pieces only
+
+
+def _word_level(pre_tokenizer: Any, *, lstrip: bool = False) -> Any:
+    from types import SimpleNamespace
+
+    from tokenizers import AddedToken, Tokenizer, models
+
+    vocab = {"[UNK]": 0, "▁a": 1, "a": 2, "▁b": 3, "b": 4}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizer
+    backend.add_special_tokens([AddedToken("<x>", special=True, lstrip=lstrip, normalized=False)])
+    return SimpleNamespace(backend_tokenizer=backend)
+
+
+def test_pieces_are_refused_where_they_are_not_independent() -> None:
+    """Metaspace's "first word" rule reads the offset, and a token that strips whitespace moves
+    the piece boundary: one whole encode stays for such tokenizers (and still is exact)."""
+    from tokenizers import pre_tokenizers
+
+    from server.chat.prompt_tokens import SegmentEncoder
+
+    first = _word_level(pre_tokenizers.Metaspace(prepend_scheme="first"))
+    whole = first.backend_tokenizer.encode("a<x>b", add_special_tokens=False).ids
+    apart = [first.backend_tokenizer.encode(p, add_special_tokens=False).ids for p in ("a", "<x>", "b")]
+    assert whole != sum(apart, [])  # pieces alone would differ here
+    assert SegmentEncoder.build(first) is None
+    assert SegmentEncoder.build(_word_level(pre_tokenizers.WhitespaceSplit(), lstrip=True)) is None
+    plain = _word_level(pre_tokenizers.WhitespaceSplit())
+    assert SegmentEncoder.build(plain) is not None
+    guard = ControlTokenGuard(first)
+    assert guard.encode("a<x>b") == whole
