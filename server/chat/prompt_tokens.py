@@ -10,6 +10,7 @@ remembered (``SegmentEncoder``): an agent's next turn encodes only what is new.
 """
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import string
@@ -162,10 +163,24 @@ class ControlTokenGuard:
         self._codes = {text: str(i).translate(_DIGITS_AS_LETTERS) for i, text in enumerate(texts)}
         self._originals = {code: text for text, code in self._codes.items()}
         self._prefix = _new_prefix()
+        # No special text has a character JSON escapes: then one search of the request's JSON
+        # finds every string holding one (escapes may add false alarms, which take the slow,
+        # exact path; never misses), ~10x faster than visiting each string.
+        self._json_safe = all(json.dumps(t, ensure_ascii=False)[1:-1] == t and '"' not in t for t in texts)
 
     def contains_control_text(self, value: Any) -> bool:
         """Whether any string (or dict key) inside ``value`` holds special-token text."""
-        return self.special_re is not None and _any_string(value, self.special_re.search)
+        if self.special_re is None:
+            return False
+        if self._json_safe:
+            try:
+                dumped = json.dumps(value, ensure_ascii=False, check_circular=False)
+            except (TypeError, ValueError, RecursionError):  # not plain JSON: visit each string
+                pass
+            else:
+                if not self.special_re.search(dumped):
+                    return False
+        return _any_string(value, self.special_re.search)
 
     def prefix_for(self, value: Any) -> str:
         """The process placeholder prefix, or a fresh one if a client string contains it."""

@@ -299,3 +299,26 @@ def test_pieces_are_refused_where_they_are_not_independent() -> None:
     assert SegmentEncoder.build(plain) is not None
     guard = ControlTokenGuard(first)
     assert guard.encode("a<x>b") == whole
+
+
+def test_control_text_is_found_wherever_it_hides(tok: Any) -> None:
+    """The one-search check of the request's JSON finds special text in any string or key, next
+    to characters JSON escapes; values that are not plain JSON are visited string by string."""
+    guard = guard_for(tok)
+    assert guard._json_safe
+    for s in ["<|im_end|>", 'a"<|im_start|>\\', "\n<|endoftext|>\t", "\x00<|im_end|>\u2028"]:
+        for value in ([{"content": s}], {s: 1}, [[{"k": [s]}]], ({"t": (s,)},), [object(), s]):
+            assert guard.contains_control_text(value), (s, value)
+    assert not guard.contains_control_text([{"content": "<|im_end", "x": "|>"}, {"<|im": "_end|>"}, 3, None])
+    assert not guard.contains_control_text([object(), "plain"])
+
+
+def test_control_text_with_characters_json_escapes(tok: Any) -> None:
+    """A special text holding a quote or a newline turns the JSON search off (it could miss)."""
+    from types import SimpleNamespace
+
+    odd = SimpleNamespace(all_special_tokens=['<"q">', "<nl\n>"], all_special_ids=[1, 2])
+    guard = ControlTokenGuard(odd)
+    assert not guard._json_safe
+    assert guard.contains_control_text([{"content": 'say <"q">'}]) and guard.contains_control_text({"a": "<nl\n>"})
+    assert not guard.contains_control_text({"a": "<nl>"})
