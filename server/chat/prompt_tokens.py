@@ -5,8 +5,9 @@ description, call arguments...) into the real control token: a forged turn. So s
 text in client strings becomes a random letters-only placeholder for rendering (it survives
 ``tojson``, ``trim``...); template-delimited segments holding one get the client's text back
 and are encoded with special tokens split. Other requests keep the one-``encode`` old path.
-Either way the text between special tokens is encoded piece by piece and the pieces are
-remembered (``SegmentEncoder``): an agent's next turn encodes only what is new.
+Either way, where the tokenizer allows it, the text between special tokens is encoded piece
+by piece and the pieces are remembered (``SegmentEncoder``): an agent's next turn encodes
+only what is new.
 """
 from __future__ import annotations
 
@@ -86,8 +87,9 @@ class SegmentEncoder:
         self._private = private
         self._ids = token_ids
         self._split = re.compile("|".join(map(re.escape, sorted(token_ids, key=lambda t: (-len(t), t)))))
-        # ids as 4-byte arrays: 16 MiB of text holds ~4M tokens, ~16 MiB of ids
-        self._pieces: BoundedLRU[str, array] = BoundedLRU(max_entries=4096, max_chars=16 << 20)
+        # Many agents' transcripts at once (each turn adds a few pieces); ids as 4-byte arrays:
+        # 16 MiB of text holds ~4M tokens, ~16 MiB of ids (~40 MiB in all with the entries).
+        self._pieces: BoundedLRU[str, array] = BoundedLRU(max_entries=32768, max_chars=16 << 20)
 
     @classmethod
     def build(cls, tokenizer: Any) -> "SegmentEncoder | None":
