@@ -191,8 +191,8 @@ async def _serve(settings: Settings) -> int:
 
 
 def freeze_startup_heap() -> int:
-    """Put what startup built (vLLM, torch, transformers, the tokenizer, the app: millions of
-    objects) out of the garbage collector's reach, and return how many. Otherwise the first
+    """Put what startup built (vLLM, torch, transformers, the tokenizer, the app: ~700,000
+    objects with the embedded model) out of the garbage collector's reach; return how many. Otherwise the first
     full collection walks all of it on the event loop: ~0.7 s of CPU in the first requests'
     streams, every stream stalled meanwhile, and again at each later full collection. vLLM's
     engine core does the same (its API server does not). Later objects are collected as usual."""

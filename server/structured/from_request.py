@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from server import metrics
-from server.lru import BoundedLRU
 from server.errors import bad_request
+from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
 from server.structured.constraints import ConstraintError, check_schema, nesting_exceeds
