@@ -73,6 +73,13 @@ def test_threads_keep_the_bounds():
     assert len(lru) == 50 and lru._chars == sum(len(k) for k in lru._items)
 
 
-def test_constraint_memo_bounds():
+def test_the_constraint_memo_keeps_no_huge_tool_set():
+    """A request's inputs above 512 KiB (1/16 of the memo's 8 MiB) are checked every time, and
+    at most 256 tool sets are kept."""
     memo = new_constraint_memo()
-    assert memo.max_entries == 256 and memo.max_chars == 8 << 20
+    memo.put("t" * (512 << 10), ("ok", None, False))
+    memo.put("t" * ((512 << 10) + 1), ("huge", None, False))
+    assert memo.get("t" * (512 << 10)) == ("ok", None, False) and len(memo) == 1
+    for i in range(300):
+        memo.put(f"tools-{i}", (i, None, False))
+    assert len(memo) == 256 and memo.get("tools-299") == (299, None, False)
