@@ -92,10 +92,9 @@ class SegmentEncoder:
         self._pieces: BoundedLRU[str, array] = BoundedLRU(max_entries=32768, max_chars=16 << 20)
 
     @classmethod
-    def build(cls, tokenizer: Any) -> "SegmentEncoder | None":
-        private = _private_backend(tokenizer, split_special=False)
-        if private is None:
-            return None
+    def build(cls, private: Any) -> "SegmentEncoder | None":
+        """On ``private``, a fast backend (``tokenizers.Tokenizer``) that this encoder may use
+        from any thread: None where its pieces are not independent."""
         try:
             added = private.get_added_tokens_decoder()
             pre = private.pre_tokenizer.__getstate__() if private.pre_tokenizer is not None else b""
@@ -246,9 +245,11 @@ class ControlTokenGuard:
     @cached_property
     def encode(self) -> Callable[[str], list[int]]:
         """The prompt encoder: as ``tokenizer.encode(text, add_special_tokens=False)``, thread-safe."""
-        pieces = SegmentEncoder.build(self.tokenizer)
-        fast = pieces.encode if pieces is not None else _private_encoder(self.tokenizer, split_special=False)
-        return fast if fast is not None else lambda text: list(self.tokenizer.encode(text, add_special_tokens=False))
+        private = _private_backend(self.tokenizer, split_special=False)
+        if private is None:
+            return lambda text: list(self.tokenizer.encode(text, add_special_tokens=False))
+        pieces = SegmentEncoder.build(private)
+        return pieces.encode if pieces is not None else lambda text: private.encode(text, add_special_tokens=False).ids
 
     def _encode_plain_fallback(self, text: str) -> list[int]:
         """No fast backend: encode each special text in two halves, so it cannot match."""

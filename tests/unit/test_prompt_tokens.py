@@ -235,7 +235,7 @@ def test_piecewise_encode_is_exactly_the_whole_encode(hf_model_dir: Path, family
     t = _load(hf_model_dir)
     if FAMILY_TOKENS[family]:
         t.add_special_tokens({"additional_special_tokens": FAMILY_TOKENS[family]})
-    pieces = SegmentEncoder.build(t)
+    pieces = SegmentEncoder.build(t.backend_tokenizer)
     assert pieces is not None
     added = [a.content for a in t.backend_tokenizer.get_added_tokens_decoder().values()]
     alphabet = [*"ab \n\t{}\":,.09é東🙂<>|_[]/", *added, " x", "  ", "\n\n"]
@@ -248,7 +248,7 @@ def test_piecewise_encode_is_exactly_the_whole_encode(hf_model_dir: Path, family
 def test_an_agents_next_turn_encodes_only_its_new_piece(tok: Any) -> None:
     from server.chat.prompt_tokens import SegmentEncoder
 
-    pieces = SegmentEncoder.build(tok)
+    pieces = SegmentEncoder.build(tok.backend_tokenizer)
     assert pieces is not None
     r = renderer("hermes")
     history = [{"role": "system", "content": "You are terse. " * 50},
@@ -293,10 +293,11 @@ def test_pieces_are_refused_where_they_are_not_independent() -> None:
     whole = first.backend_tokenizer.encode("a<x>b", add_special_tokens=False).ids
     apart = [first.backend_tokenizer.encode(p, add_special_tokens=False).ids for p in ("a", "<x>", "b")]
     assert whole != sum(apart, [])  # pieces alone would differ here
-    assert SegmentEncoder.build(first) is None
-    assert SegmentEncoder.build(_word_level(pre_tokenizers.WhitespaceSplit(), lstrip=True)) is None
+    assert SegmentEncoder.build(first.backend_tokenizer) is None
+    stripping = _word_level(pre_tokenizers.WhitespaceSplit(), lstrip=True)
+    assert SegmentEncoder.build(stripping.backend_tokenizer) is None
     plain = _word_level(pre_tokenizers.WhitespaceSplit())
-    assert SegmentEncoder.build(plain) is not None
+    assert SegmentEncoder.build(plain.backend_tokenizer) is not None
     guard = ControlTokenGuard(first)
     assert guard.encode("a<x>b") == whole
 
