@@ -110,4 +110,7 @@ class Engine(Protocol):
     async def check_health(self) -> None:
         """Raise :class:`EngineDeadError` when the engine cannot serve."""
 
+    def flush_metrics(self) -> None:
+        """Bring the engine's own Prometheus metrics up to date (called before ``/metrics`` is read)."""
+
     async def shutdown(self) -> None: ...

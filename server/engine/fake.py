@@ -41,6 +41,7 @@ class FakeEngine:
     aborted: list[str] = field(default_factory=list)
     requests: list[GenerateRequest] = field(default_factory=list)
     vocab_size: int = 0x110000
+    metrics_flushes: int = 0  # flush_metrics calls (before each /metrics read)
 
     def is_dead(self) -> bool:
         return self.dead
@@ -85,6 +86,9 @@ class FakeEngine:
     async def check_health(self) -> None:
         if self.dead:
             raise EngineDeadError("fake engine is dead")
+
+    def flush_metrics(self) -> None:
+        self.metrics_flushes += 1
 
     async def shutdown(self) -> None:
         return None

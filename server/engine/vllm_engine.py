@@ -88,13 +88,15 @@ class VllmEngine:
         self._break_loops = options.break_loops and _runs_v1_model_runner(config)
         if self._break_loops:
             config.model_config.logits_processors = [LOOP_BREAKER]
-        # vLLM's Prometheus metrics (exported on /metrics) but not its LoggingStatLogger: that one
-        # records every engine step for a periodic log line only vLLM's own server triggers
-        # (do_log_stats), so here it was per-token work for nothing.
-        from vllm.v1.metrics.loggers import PrometheusStatLogger
+        # vLLM's Prometheus metrics (exported on /metrics), recorded when read (vllm_stats.py), and
+        # not its LoggingStatLogger: that one records every engine step for a periodic log line
+        # only vLLM's own server triggers (do_log_stats), so here it was per-token work for nothing.
+        from server.engine.vllm_stats import CoalescingStatLogger
 
         self._llm = AsyncLLM.from_vllm_config(config, enable_log_requests=False, disable_log_stats=True,
-                                              stat_loggers=[PrometheusStatLogger])
+                                              stat_loggers=[CoalescingStatLogger])
+        manager = self._llm.logger_manager
+        self._stat_loggers = [x for x in getattr(manager, "stat_loggers", ()) if hasattr(x, "flush")]
         self.model_name = options.served_model_name
         self.max_model_len = int(self._llm.model_config.max_model_len)
         self.tokenizer = self._llm.get_tokenizer()
@@ -108,6 +110,11 @@ class VllmEngine:
 
     def is_dead(self) -> bool:
         return bool(self._llm.errored)
+
+    def flush_metrics(self) -> None:
+        """Record the engine steps whose ``vllm:*`` metrics are still waiting (before a scrape)."""
+        for stat_logger in self._stat_loggers:
+            stat_logger.flush()
 
     def validate(self, req: GenerateRequest) -> None:
         try:

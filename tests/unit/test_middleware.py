@@ -432,6 +432,15 @@ def test_metrics_exposes_every_name(make_app):
     assert re.search(r'gramserve_tool_calls_total\{outcome="valid",parser="hermes"\} [1-9]', text)
 
 
+def test_metrics_brings_the_engines_metrics_up_to_date_before_each_read(make_app):
+    b = make_app()
+    c = b.client()
+    assert b.engine.metrics_flushes == 0
+    c.get("/metrics")
+    c.get("/metrics")
+    assert b.engine.metrics_flushes == 2
+
+
 def test_metrics_unknown_paths_bounded_label(make_app):
     c = make_app().client()
     c.get("/no/such/path/12345")

@@ -1,0 +1,182 @@
+"""server/engine/vllm_stats.py: the vLLM metrics a scrape reads are those per-step recording gives.
+
+The same engine steps (synthetic ``SchedulerStats`` / ``IterationStats`` of vLLM's own types,
+with prefills, decodes, finished requests and cache hits) go once through vLLM's
+``PrometheusStatLogger`` and once through ``CoalescingStatLogger``; every ``vllm:*`` sample
+must match after a flush.
+"""
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+pytest.importorskip("vllm")
+
+from prometheus_client import REGISTRY, Histogram  # noqa: E402
+from prometheus_client.registry import CollectorRegistry  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def vllm_config(hf_model_dir: Path) -> Any:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    args = AsyncEngineArgs(model=str(hf_model_dir), max_model_len=2048, enforce_eager=True, dtype="bfloat16")
+    return args.create_engine_config(UsageContext.ENGINE_CONTEXT)
+
+
+@pytest.fixture(autouse=True)
+def _restore_vllm_metrics() -> Iterator[None]:
+    """The loggers here replace the process's vllm:* collectors; leave none of theirs behind."""
+    yield
+    from vllm.v1.metrics.prometheus import unregister_vllm_metrics
+
+    unregister_vllm_metrics()
+
+
+def _steps(seed: int, n: int = 300) -> list[tuple[Any, Any]]:
+    """Engine steps as vLLM's output handler would record them: 1-8 running requests, prefills,
+    decodes with inter-token latencies, finished requests, prefix-cache queries and hits."""
+    from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, PrefixCacheStats, SchedulerStats
+
+    rnd = random.Random(seed)
+    steps = []
+    for k in range(n):
+        sched = SchedulerStats(num_running_reqs=rnd.randint(1, 8), num_waiting_reqs=rnd.randint(0, 3),
+                               kv_cache_usage=rnd.random(),
+                               prefix_cache_stats=PrefixCacheStats(requests=1, queries=rnd.randint(0, 500),
+                                                                   hits=rnd.randint(0, 100)))
+        it = IterationStats()
+        running = sched.num_running_reqs
+        it.num_generation_tokens = running
+        it.inter_token_latencies_iter = [rnd.choice((0.004, 0.02, 0.3, 2.0)) * rnd.random() for _ in range(running)]
+        if k % 7 == 0:  # a prefill
+            it.prompt_token_stats.computed = rnd.randint(10, 900)
+            it.prompt_token_stats.total = it.prompt_token_stats.computed + 16
+            it.prompt_token_stats.local_cache_hit = 16
+            it.prompt_token_stats.cached_tokens = 16
+            it.time_to_first_tokens_iter = [rnd.random()]
+            it.n_params_iter = [1]
+            it.max_num_generation_tokens_iter = [rnd.randint(1, 128)]
+        if k % 11 == 0:
+            it.finished_requests = [FinishedRequestStats(
+                finish_reason=rnd.choice(list(_finish_reasons())), e2e_latency=rnd.random() * 10,
+                num_prompt_tokens=rnd.randint(10, 900), num_generation_tokens=rnd.randint(1, 128),
+                max_tokens_param=128, queued_time=rnd.random(), prefill_time=rnd.random(),
+                inference_time=rnd.random() * 5, decode_time=rnd.random() * 4,
+                mean_time_per_output_token=rnd.random() / 10, num_cached_tokens=rnd.randint(0, 5))]
+        steps.append((sched if k % 13 else None, it))  # some steps carry no scheduler stats
+    return steps
+
+
+def _finish_reasons() -> Any:
+    from vllm.v1.engine import FinishReason
+
+    return FinishReason
+
+
+def _samples() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in REGISTRY.collect():
+        if not family.name.startswith("vllm:"):
+            continue
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _record(logger: Any, steps: list[tuple[Any, Any]]) -> None:
+    for sched, it in steps:
+        logger.record(sched, it, None, 0)
+
+
+def test_a_scrape_reads_what_per_step_recording_gives(vllm_config: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    from server.engine.vllm_stats import CoalescingStatLogger
+
+    steps = _steps(1)
+    _record(PrometheusStatLogger(vllm_config, [0]), steps)
+    want = _samples()
+    merged = CoalescingStatLogger(vllm_config, [0])
+    assert merged.coalescing
+    _record(merged, steps)
+    before = _samples()
+    calls = []
+    real_record = PrometheusStatLogger.record
+    monkeypatch.setattr(PrometheusStatLogger, "record", lambda self, *a, **k: (calls.append(a), real_record(self, *a, **k)))
+    merged.flush()
+    assert len(calls) == 1  # the steps were merged into one record, not recorded one by one
+    got = _samples()
+    assert set(got) == set(want)
+    for key, value in want.items():
+        assert math.isclose(got[key], value, rel_tol=1e-9, abs_tol=1e-9), key
+    # nothing was recorded before the flush: the steps waited
+    assert before[("vllm:generation_tokens_total", (("engine", "0"), ("model_name", _name(vllm_config))))] == 0
+    assert got[("vllm:generation_tokens_total", (("engine", "0"), ("model_name", _name(vllm_config))))] == sum(
+        it.num_generation_tokens for _, it in steps)
+    assert got[("vllm:iteration_tokens_total_count", (("engine", "0"), ("model_name", _name(vllm_config))))] == len(steps)
+
+
+def _name(vllm_config: Any) -> str:
+    return vllm_config.model_config.served_model_name
+
+
+def test_the_waiting_steps_are_bounded(vllm_config: Any) -> None:
+    from server.engine import vllm_stats
+
+    logger = vllm_stats.CoalescingStatLogger(vllm_config, [0])
+    _record(logger, _steps(2, n=vllm_stats.MAX_PENDING_STEPS + 5))
+    assert len(logger._pending) == 5  # recorded on their own once the bound was reached
+    key = ("vllm:iteration_tokens_total_count", (("engine", "0"), ("model_name", _name(vllm_config))))
+    assert _samples()[key] == vllm_stats.MAX_PENDING_STEPS
+
+
+def test_steps_with_stats_the_merge_does_not_know_are_recorded_at_once_in_order(vllm_config: Any) -> None:
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+    from vllm.v1.metrics.stats import PrefixCacheStats
+
+    from server.engine.vllm_stats import CoalescingStatLogger
+
+    steps = _steps(3, n=40)
+    odd = steps[20][0]
+    odd.connector_prefix_cache_stats = PrefixCacheStats(requests=1, queries=50, hits=7)
+    _record(PrometheusStatLogger(vllm_config, [0]), steps)
+    want = _samples()
+    logger = CoalescingStatLogger(vllm_config, [0])
+    _record(logger, steps)
+    assert len(logger._pending) == 19  # the 20 before it were recorded when it came, then it alone
+    logger.flush()
+    got = _samples()
+    for key, value in want.items():
+        assert math.isclose(got[key], value, rel_tol=1e-9, abs_tol=1e-9), key
+
+
+def test_observe_many_matches_observe_one_by_one() -> None:
+    from server.engine.vllm_stats import observe_many
+
+    rnd = random.Random(4)
+    values = [rnd.choice((0.0, 0.001, 0.5, 1.0, 2.5, 7.0, 1e9, -1.0)) * rnd.random() for _ in range(500)]
+    values += [0.005, 0.01, 10.0, float("inf")]  # on the bounds themselves, and past the last
+    buckets = (0.005, 0.01, 0.1, 1.0, 2.5, 10.0)
+    one, bulk = CollectorRegistry(), CollectorRegistry()
+    h1 = Histogram("h", "d", buckets=buckets, registry=one)
+    h2 = Histogram("h", "d", buckets=buckets, registry=bulk)
+    for v in values:
+        h1.observe(v)
+    observe_many(h2, values)
+
+    def samples(reg: CollectorRegistry) -> dict[Any, float]:
+        return {(s.name, tuple(s.labels.items())): s.value for f in reg.collect() for s in f.samples
+                if not s.name.endswith("_created")}
+
+    a, b = samples(one), samples(bulk)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key] == b[key] or math.isclose(a[key], b[key], rel_tol=1e-12), key
