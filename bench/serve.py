@@ -241,7 +241,7 @@ def markdown_table(cells: Sequence[Cell]) -> str:
             f"| {c.target} | {c.workload} | {c.concurrency} | {c.max_tokens} | {c.requests} | {c.errors} "
             f"| {c.req_per_s:.2f} | {c.tok_per_s:.1f} | {_f(c.ttft_p50, 1000)}/{_f(c.ttft_p95, 1000)} "
             f"| {_f(c.itl_p50, 1000, 1)}/{_f(c.itl_p95, 1000, 1)} | {_f(c.e2e_p50, 1, 2)}/{_f(c.e2e_p95, 1, 2)} "
-            f"| {_f(c.cpu_api_per_1k, 1, 2)} | {_f(c.api_sys_share, 100)} | {_f(c.cpu_engine_per_1k, 1, 2)} |")
+            f"| {_f(c.cpu_api_per_1k, 1, 3)} | {_f(c.api_sys_share, 100)} | {_f(c.cpu_engine_per_1k, 1, 2)} |")
     return "\n".join(rows)
 
 
