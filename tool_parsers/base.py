@@ -18,9 +18,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar
 
-from ._scan import ScanCache
+from ._scan import JsonError, ScanCache, scan_value
 
-__all__ = ["Checkpoint", "ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "ScanCache"]
+__all__ = ["Checkpoint", "ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "ScanCache",
+           "JsonError", "scan_value"]
 
 
 @dataclass(frozen=True)

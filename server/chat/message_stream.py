@@ -33,7 +33,6 @@ sent before it broke, streamed and non-streamed answers are the same.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 import string
 from collections.abc import Callable, Collection
@@ -41,7 +40,7 @@ from dataclasses import dataclass, field
 
 from reasoning_parsers.base import ReasoningParser
 from tool_parsers._content import AFTER_CALL
-from tool_parsers.base import Checkpoint, ScanCache, ToolCallPart, ToolParser
+from tool_parsers.base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
 
 __all__ = [
     "Parsed",
@@ -121,19 +120,13 @@ class FinalMessage:
     repeated: list[str] = field(default_factory=list)  # a looping duplicate call ended the turn
 
 
-FAST_STRINGS = True  # tests turn it off to compare every delta with the parsing path
+FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
 
 
 class StreamRetractionError(ValueError):
     """The new parse contradicts text already sent; deltas cannot express that."""
 
 
-# Text that, inside a JSON string, only extends the string: letters and digits of any script
-# and common punctuation; no quote or backslash, and none of the characters any family's
-# markers are made of ("<", "[", "|", ";", braces). A chunk of it fed while the open call's
-# arguments end inside a string extends those arguments by itself.
-_PLAIN_IN_STRING = re.compile(r"[\w .,!?'()/:%+=*&#@$~^-]+")
-_QUOTE_OR_ESCAPE = re.compile(r'["\\]')
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 _CHECK = 32  # how much of the sent text is compared with the new parse (the rest by length)
 
@@ -147,27 +140,6 @@ def _grown(previous: str, current: str, what: str) -> str:
             f"{what} would have to be retracted: sent {previous[-40:]!r}, now {current[-40:]!r}"
         )
     return current[k:]
-
-
-def _string_state(text: str, start: int, inside: bool, escaped: bool) -> tuple[bool, bool]:
-    """Lex ``text[start:]`` for JSON strings only: whether it ends inside one (and right after
-    a backslash), given the state at ``start``. Only quotes and backslashes matter."""
-    n = len(text)
-    if escaped:
-        if start >= n:
-            return inside, True
-        start += 1
-    while (m := _QUOTE_OR_ESCAPE.search(text, start)) is not None:
-        at = m.start()
-        if text[at] == '"':
-            inside, start = not inside, at + 1
-        elif not inside:  # a backslash outside a string: not JSON, the parser will say so
-            start = at + 1
-        elif at + 1 >= n:
-            return True, True
-        else:
-            start = at + 2
-    return inside, False
 
 
 def compute_deltas(previous: Parsed, current: Parsed, *, first_index: int = 0) -> MessageDelta | None:
@@ -269,8 +241,9 @@ class MessageStream:
         self._sent_errors = 0  # how many of those the last parse sent had
         self._tail_dropped: tuple[str, ...] = ()
         self._scan_cache = ScanCache()
-        self._in_string = False  # the open call's arguments end inside a JSON string: see _extend_string
-        self._string_lex: tuple[str, int, bool, bool] | None = None  # (call id, chars lexed, inside, escaped)
+        self._open_arguments = False  # the last call sent is open inside its arguments: see _extend_arguments
+        self._arguments_scan = ScanCache()  # the open arguments' JSON scan, resumed token by token
+        self._synced = False  # what was sent is the last parse of the whole tail
 
     @property
     def text(self) -> str:
@@ -307,11 +280,10 @@ class MessageStream:
             self._done.content.append(text_delta)
             return MessageDelta(None, text_delta, ()) if self._streaming else None
         self._append(text_delta)
-        if self._in_string and FAST_STRINGS and _PLAIN_IN_STRING.fullmatch(text_delta):
-            delta = self._extend_string(text_delta)
-        else:
+        delta = self._extend_arguments(text_delta) if self._open_arguments and FAST_ARGUMENTS else None
+        if delta is None:
             delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
-            self._in_string = self._open_call_in_string()
+            self._open_arguments = self._open_call_arguments()
         return delta if self._streaming else None
 
     def finish(self, text_delta: str = "") -> MessageDelta | None:
@@ -361,33 +333,34 @@ class MessageStream:
             repeated=[self._repeat] if self._repeat else [],
         )
 
-    def _open_call_in_string(self) -> bool:
-        """Whether the last call sent is open, streamed, and its arguments end inside a JSON
-        string. Lexes only the argument text added since the last look (per call id)."""
+    def _open_call_arguments(self) -> bool:
+        """Whether the last call sent is open, streamed, and its text ends inside its arguments
+        value (an object or array: arguments written as a JSON string are held till complete)."""
         sent = self._sent
-        if self._frozen or self._in_reasoning or self._repeat is not None or not sent.tool_calls:
-            return False
+        if (not self._synced or self._frozen or self._in_reasoning or self._repeat is not None
+                or not sent.tool_calls):
+            return False  # (not synced: the last parse was not sent, e.g. a call broke and is held)
         call = sent.tool_calls[-1]
-        if call.complete or call.name is None or not call.arguments:
-            return False
-        key, args = sent.tool_call_ids[-1], call.arguments
-        lex = self._string_lex
-        if lex is None or lex[0] != key or lex[1] > len(args):
-            lex = (key, 0, False, False)
-        inside, escaped = _string_state(args, lex[1], lex[2], lex[3])
-        self._string_lex = (key, len(args), inside, escaped)
-        return inside and not escaped
+        return not call.complete and call.name is not None and call.arguments[:1] in ("{", "[")
 
-    def _extend_string(self, text: str) -> MessageDelta:
-        """The open call's arguments grow by ``text``: what parsing the tail again would give
-        (the text is inside a JSON string and holds nothing a parser reacts to there), without
-        the parse. ``tests/unit/test_stream.py`` checks every delta against the parsing path."""
+    def _extend_arguments(self, text: str) -> MessageDelta | None:
+        """The open call's arguments grow by ``text`` when its JSON value is still open after it:
+        what parsing the tail again would give (every family returns an open call's arguments as
+        the raw text from the value's start, checked by the same JSON scan), without the parse.
+        None: the value ends in ``text`` or the JSON breaks there, so the parser must see it.
+        The scan resumes where it stopped, so this is O(len(text)); ``tests/unit/test_stream.py``
+        checks every delta against the parsing path."""
         sent = self._sent
         call = sent.tool_calls[-1]
-        grown = ToolCallPart(call.name, call.arguments + text, False)
-        self._sent = Parsed(sent.reasoning, sent.content, sent.tool_calls[:-1] + (grown,), sent.tool_call_ids)
-        key, seen, _, _ = self._string_lex  # type: ignore[misc]  # set when _in_string was
-        self._string_lex = (key, seen + len(text), True, False)
+        grown = call.arguments + text
+        try:
+            with self._arguments_scan.active():
+                if scan_value(grown, 0) is not None:
+                    return None
+        except JsonError:
+            return None
+        self._sent = Parsed(sent.reasoning, sent.content, sent.tool_calls[:-1] + (ToolCallPart(call.name, grown, False),),
+                            sent.tool_call_ids)
         index = len(self._done.calls) + len(sent.tool_calls) - 1
         return MessageDelta(None, None, (ToolCallDelta(index, None, None, text),))
 
@@ -406,6 +379,7 @@ class MessageStream:
         raise RuntimeError("the tool-call id factory keeps returning ids already used")
 
     def _advance(self, *, final: bool) -> MessageDelta | None:
+        self._synced = False  # until this parse is what was sent (see _open_call_arguments)
         if self._frozen and not final:
             return None
         for _ in range(100):  # each retry starts after another malformed call
@@ -418,7 +392,7 @@ class MessageStream:
                 if self._resume_after_malformed(exc, final=final):
                     continue
                 return None
-            self._sent = current
+            self._sent, self._synced = current, True
             self._sent_errors = len(self._tail_errors)
             if self._bad or self._known_bad:
                 self._known_bad = frozenset(start for start, _ in self._bad)

@@ -257,7 +257,7 @@ def test_long_outputs_settle_and_agree(monkeypatch: pytest.MonkeyPatch) -> None:
         check_agree(run_stream(make, chunks, markers=("<think>", "</think>", "<tool_call>")), whole)
 
 
-# The fast path for text inside an open call's JSON string (MessageStream._extend_string)
+# The fast path for text inside an open call's arguments (MessageStream._extend_arguments), here inside strings,
 # must give exactly the deltas the parsing path gives, feed by feed.
 _STRING_CALLS = {
     "hermes": ('Sure. <tool_call>\n{"name": "f", "arguments": {"note": "{s1}", "tags": ["{s2}", "b c"], '
@@ -298,14 +298,77 @@ def test_text_inside_an_argument_string_streams_as_the_parser_would(parser: str,
             chunks.append(text[at : at + n])
             at += n
         for guard in (False, True):
-            monkeypatch.setattr(message_stream, "FAST_STRINGS", False)
+            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", False)
             slow = _deltas(parser, chunks, guard=guard)
-            monkeypatch.setattr(message_stream, "FAST_STRINGS", True)
+            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", True)
             fast = _deltas(parser, chunks, guard=guard)
             assert fast == slow, (text, chunks)
             fast_steps += sum(1 for d in fast if d and d.tool_calls and d.tool_calls[0].id is None
                               and not d.content)
     assert fast_steps > 100  # argument fragments were streamed (the fast path had work to do)
+
+
+# Arguments of every JSON shape (numbers, literals, nesting, whitespace), continuations that break
+# the JSON, arguments that are not an object, and a call repeated (the guard): any text inside an
+# open arguments value must stream as the parsing path streams it, feed by feed.
+_JSON_ARGS = ['{"n": 12, "x": -3.5e2, "ok": true, "no": null}', '{"a": [1, [2, {"b": false}], []], "c": {}}',
+              '{ "s" : "v" ,\n "t": [ "u" , 10 ] }', '{"a": 1,,}', '{"a": 1 2}', '{"a": tru}', '{"a" 1}',
+              '[1, 2]', '{"q": "x"}}', '{"k": "a}b]c"}', '{"deep": [[[[{"z": 0.5}]]]]}', '{}']
+_JSON_CALLS = {
+    "hermes": ('Hi <tool_call>\n{"name": "f", "arguments": {a1}}\n</tool_call>\n'
+               '<tool_call>\n{"name": "g", "arguments": {a2}}\n</tool_call>'),
+    "llama3_json": '<|python_tag|>{"name": "f", "parameters": {a1}}; {"name": "g", "parameters": {a2}}',
+    "mistral": '[TOOL_CALLS] [{"name": "f", "arguments": {a1}}, {"name": "g", "arguments": {a2}}]',
+}
+
+
+@pytest.mark.parametrize("parser", sorted(_JSON_CALLS))
+def test_text_inside_any_arguments_value_streams_as_the_parser_would(parser: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(f"json-{parser}")
+    for i in range(80):
+        a1 = rng.choice(_JSON_ARGS)
+        a2 = a1 if i % 5 == 0 else rng.choice(_JSON_ARGS)  # the same arguments twice: the repeat guard
+        text = _JSON_CALLS[parser].replace("{a1}", a1).replace("{a2}", a2)
+        if i % 2 == 0:
+            text = text.replace('"g"', '"f"')  # the same function twice
+        if i % 4 == 3:
+            text = text[: rng.randint(1, len(text))]
+        chunks, at = [], 0
+        while at < len(text):
+            n = rng.randint(1, 6)
+            chunks.append(text[at : at + n])
+            at += n
+        for guard in (False, True):
+            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", False)
+            slow = _deltas(parser, chunks, guard=guard)
+            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", True)
+            assert _deltas(parser, chunks, guard=guard) == slow, (text, chunks)
+
+
+def test_numbers_and_structure_inside_arguments_skip_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not only string text: any token that leaves the arguments value open skips the parser."""
+    parser = get_tool_parser("hermes")
+    calls = []
+    real = type(parser).parse
+
+    def counting(self, text, **kw):  # type: ignore[no-untyped-def]
+        calls.append(len(text))
+        return real(self, text, **kw)
+
+    monkeypatch.setattr(type(parser), "parse", counting)
+    stream = MessageStream(tool_parser=parser, reasoning_parser=None, tool_names=["f"])
+    stream.feed('<tool_call>\n{"name": "f", "arguments": {')
+    before = len(calls)
+    tokens = ['"n', '":', " 1", "2", ",", ' "xs', '": [', "true", ", {", '"b": null', "}]"]
+    deltas = [stream.feed(t) for t in tokens]
+    assert len(calls) == before  # the value stays open through all of them: no parse
+    assert [d.tool_calls[0].arguments for d in deltas] == tokens
+    stream.feed("}")
+    assert len(calls) == before + 1  # the value ends there: parsed
+    stream.feed("}\n</tool_call>")
+    final = stream.final_message() if stream.finish() is None else stream.final_message()
+    assert [(c.name, json.loads(c.arguments)) for c in final.tool_calls] == [("f", {"n": 12, "xs": [True, {"b": None}]})]
 
 
 def test_fast_string_path_skips_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
