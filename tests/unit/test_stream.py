@@ -292,20 +292,27 @@ def test_text_inside_an_argument_string_streams_as_the_parser_would(parser: str,
             text = text.replace("{s%d}" % k, v)
         if i % 4 == 3:
             text = text[: rng.randint(1, len(text))]  # cut anywhere: inside a string, a key, a marker
-        chunks, at = [], 0
-        while at < len(text):
-            n = rng.randint(1, 7)
-            chunks.append(text[at : at + n])
-            at += n
-        for guard in (False, True):
-            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", False)
-            slow = _deltas(parser, chunks, guard=guard)
-            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", True)
-            fast = _deltas(parser, chunks, guard=guard)
-            assert fast == slow, (text, chunks)
-            fast_steps += sum(1 for d in fast if d and d.tool_calls and d.tool_calls[0].id is None
-                              and not d.content)
+        fast = _fast_agrees_with_parsing(parser, text, rng, monkeypatch, max_chunk=7)
+        fast_steps += sum(1 for d in fast if d and d.tool_calls and d.tool_calls[0].id is None and not d.content)
     assert fast_steps > 100  # argument fragments were streamed (the fast path had work to do)
+
+
+def _fast_agrees_with_parsing(parser: str, text: str, rng: random.Random, monkeypatch: pytest.MonkeyPatch, *,
+                              max_chunk: int) -> list[MessageDelta | None]:
+    """``text`` fed in random chunks with and without the fast path (repeat guard off and on):
+    the same deltas, feed by feed. Returns the fast path's deltas (guard on)."""
+    chunks, at = [], 0
+    while at < len(text):
+        n = rng.randint(1, max_chunk)
+        chunks.append(text[at : at + n])
+        at += n
+    for guard in (False, True):
+        monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", False)
+        slow = _deltas(parser, chunks, guard=guard)
+        monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", True)
+        fast = _deltas(parser, chunks, guard=guard)
+        assert fast == slow, (text, chunks)
+    return fast
 
 
 # Arguments of every JSON shape (numbers, literals, nesting, whitespace), continuations that break
@@ -334,20 +341,18 @@ def test_text_inside_any_arguments_value_streams_as_the_parser_would(parser: str
             text = text.replace('"g"', '"f"')  # the same function twice
         if i % 4 == 3:
             text = text[: rng.randint(1, len(text))]
-        chunks, at = [], 0
-        while at < len(text):
-            n = rng.randint(1, 6)
-            chunks.append(text[at : at + n])
-            at += n
-        for guard in (False, True):
-            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", False)
-            slow = _deltas(parser, chunks, guard=guard)
-            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", True)
-            assert _deltas(parser, chunks, guard=guard) == slow, (text, chunks)
+        _fast_agrees_with_parsing(parser, text, rng, monkeypatch, max_chunk=6)
 
 
-def test_numbers_and_structure_inside_arguments_skip_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not only string text: any token that leaves the arguments value open skips the parser."""
+@pytest.mark.parametrize(("opening", "tokens", "closing", "expected"), [
+    ('{"text": "a', ["b", " c", "d e", ".", "!"], '"}', {"text": "ab cd e.!"}),
+    ("{", ['"n', '":', " 1", "2", ",", ' "xs', '": [', "true", ", {", '"b": null', "}]"], "}",
+     {"n": 12, "xs": [True, {"b": None}]}),
+], ids=["inside-a-string", "numbers-and-structure"])
+def test_text_that_leaves_the_arguments_open_skips_the_parse(opening: str, tokens: list[str], closing: str,
+                                                             expected: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any token after which the open call's arguments value is still open (string text, numbers,
+    literals, nesting) does not call the tool parser; the token that ends the value does."""
     parser = get_tool_parser("hermes")
     calls = []
     real = type(parser).parse
@@ -358,37 +363,13 @@ def test_numbers_and_structure_inside_arguments_skip_the_parse(monkeypatch: pyte
 
     monkeypatch.setattr(type(parser), "parse", counting)
     stream = MessageStream(tool_parser=parser, reasoning_parser=None, tool_names=["f"])
-    stream.feed('<tool_call>\n{"name": "f", "arguments": {')
+    stream.feed('<tool_call>\n{"name": "f", "arguments": ' + opening)
     before = len(calls)
-    tokens = ['"n', '":', " 1", "2", ",", ' "xs', '": [', "true", ", {", '"b": null', "}]"]
     deltas = [stream.feed(t) for t in tokens]
-    assert len(calls) == before  # the value stays open through all of them: no parse
+    assert len(calls) == before  # no parse for these tokens
     assert [d.tool_calls[0].arguments for d in deltas] == tokens
-    stream.feed("}")
-    assert len(calls) == before + 1  # the value ends there: parsed
+    stream.feed(closing)
+    assert len(calls) == before + 1  # the value ends here: parsed
     stream.feed("}\n</tool_call>")
     final = stream.final_message() if stream.finish() is None else stream.final_message()
-    assert [(c.name, json.loads(c.arguments)) for c in final.tool_calls] == [("f", {"n": 12, "xs": [True, {"b": None}]})]
-
-
-def test_fast_string_path_skips_the_parse(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inside an open string, plain text does not call the tool parser."""
-    parser = get_tool_parser("hermes")
-    calls = []
-    real = type(parser).parse
-
-    def counting(self, text, **kw):  # type: ignore[no-untyped-def]
-        calls.append(len(text))
-        return real(self, text, **kw)
-
-    monkeypatch.setattr(type(parser), "parse", counting)
-    stream = MessageStream(tool_parser=parser, reasoning_parser=None, tool_names=["f"])
-    stream.feed('<tool_call>\n{"name": "f", "arguments": {"text": "a')
-    before = len(calls)
-    deltas = [stream.feed(w) for w in ["b", " c", "d e", ".", "!"]]
-    assert len(calls) == before  # no parse for these five tokens
-    assert [d.tool_calls[0].arguments for d in deltas] == ["b", " c", "d e", ".", "!"]
-    stream.feed('"}}\n</tool_call>')
-    assert len(calls) == before + 1
-    final = stream.final_message() if stream.finish() is None else stream.final_message()
-    assert [(c.name, json.loads(c.arguments)) for c in final.tool_calls] == [("f", {"text": "ab cd e.!"})]
+    assert [(c.name, json.loads(c.arguments)) for c in final.tool_calls] == [("f", expected)]
