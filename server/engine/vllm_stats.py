@@ -141,10 +141,13 @@ class CoalescingStatLogger(PrometheusStatLogger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._pending: list[tuple[int, SchedulerStats | None, IterationStats | None]] = []
-        self._lock = threading.Lock()  # record runs on the event loop; a scrape may flush from a thread
+        self._lock = threading.Lock()  # both run on the event loop today; a flush from a thread stays safe
         # Per-step gauges and histograms this merge would get wrong: LoRA's info gauge is stamped
-        # with the step's time, KV block histograms come from eviction events. Off: step by step.
-        self.coalescing = self.gauge_lora_info is None and not self.kv_cache_metrics_enabled
+        # with the step's time, KV block histograms come from eviction events. Off: step by step
+        # (also where those attributes are not the ones this was written against).
+        self.coalescing = (getattr(self, "gauge_lora_info", True) is None
+                           and getattr(self, "kv_cache_metrics_enabled", True) is False
+                           and isinstance(getattr(self, "histogram_iteration_tokens", None), dict))
         self._histograms = [name for name, value in vars(self).items()
                             if name.startswith("histogram_") and isinstance(value, dict)]
 
@@ -168,17 +171,21 @@ class CoalescingStatLogger(PrometheusStatLogger):
             pending, self._pending = self._pending, []
             for engine_idx in dict.fromkeys(e for e, _, _ in pending):
                 steps = [(s, it) for e, s, it in pending if e == engine_idx]
-                try:
-                    self._record_merged(engine_idx, steps)
-                except _NotMergeable:
+                scheds = [s for s, _ in steps if s is not None]
+                iterations = [it for _, it in steps if it is not None]
+                try:  # (before anything is recorded: a failure here records the steps one by one)
+                    sched = _merge_scheduler(scheds) if scheds else None
+                    merged = _merge_iterations(iterations) if iterations else None
+                except Exception:  # noqa: BLE001 - _NotMergeable, or stats of another vLLM's shape
                     for s, it in steps:
                         super().record(s, it, None, engine_idx)
+                    continue
+                self._record_merged(engine_idx, sched, merged, iterations)
 
-    def _record_merged(self, engine_idx: int, steps: list[tuple[Any, Any]]) -> None:
-        scheds = [s for s, _ in steps if s is not None]
-        iterations = [it for _, it in steps if it is not None]
-        sched = _merge_scheduler(scheds) if scheds else None
-        merged = _merge_iterations(iterations) if iterations else None  # raises before anything is recorded
+    def _record_merged(self, engine_idx: int, sched: SchedulerStats | None, merged: IterationStats | None,
+                       iterations: list[IterationStats]) -> None:
+        """vLLM's own ``record`` of the merged stats, with each histogram's observations collected
+        and then counted into the real histogram in bulk."""
         real = {name: getattr(self, name) for name in self._histograms}
         real = {name: per_engine for name, per_engine in real.items() if engine_idx in per_engine}
         collect = {name: _Collect() for name in real}
@@ -189,8 +196,8 @@ class CoalescingStatLogger(PrometheusStatLogger):
         finally:
             for name, per_engine in real.items():
                 setattr(self, name, per_engine)
-        # One iteration-tokens observation per engine step, not one for the merged batch.
-        collect["histogram_iteration_tokens"].values = [
-            it.prompt_token_stats.computed + it.num_generation_tokens for it in iterations]
+        if "histogram_iteration_tokens" in collect:  # one observation per engine step, not per batch
+            collect["histogram_iteration_tokens"].values = [
+                it.prompt_token_stats.computed + it.num_generation_tokens for it in iterations]
         for name, c in collect.items():
             observe_many(real[name][engine_idx], c.values)

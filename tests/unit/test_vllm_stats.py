@@ -158,6 +158,29 @@ def test_steps_with_stats_the_merge_does_not_know_are_recorded_at_once_in_order(
         assert math.isclose(got[key], value, rel_tol=1e-9, abs_tol=1e-9), key
 
 
+def test_stats_of_an_unknown_shape_are_recorded_one_by_one(vllm_config: Any,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A field the merge cannot add up (as a later vLLM might bring) means vLLM's own code, step by step."""
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    from server.engine.vllm_stats import CoalescingStatLogger
+
+    steps = _steps(5, n=30)
+    steps[7][1].new_vllm_field = 1.5  # a float: neither a count nor a list
+    _record(PrometheusStatLogger(vllm_config, [0]), steps)
+    want = _samples()
+    logger = CoalescingStatLogger(vllm_config, [0])
+    _record(logger, steps)
+    calls = []
+    real_record = PrometheusStatLogger.record
+    monkeypatch.setattr(PrometheusStatLogger, "record", lambda self, *a, **k: (calls.append(a), real_record(self, *a, **k)))
+    logger.flush()
+    assert len(calls) == len(steps)
+    got = _samples()
+    for key, value in want.items():
+        assert math.isclose(got[key], value, rel_tol=1e-9, abs_tol=1e-9), key
+
+
 def test_observe_many_matches_observe_one_by_one() -> None:
     from server.engine.vllm_stats import observe_many
 
