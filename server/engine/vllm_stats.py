@@ -3,10 +3,10 @@
 vLLM's ``PrometheusStatLogger.record`` runs in the API process once per engine step: ~20 gauge
 sets and counter increments, plus one histogram observation per generated token (inter-token
 latency) and per finished request. On a busy server that is one of the larger per-token costs
-left in the API process (engine called directly, plain, one stream: 0.57 -> 0.53 ms of CPU per
-token without it). None of it is read until ``/metrics`` is scraped, so
-:class:`CoalescingStatLogger` keeps the steps' stats (a list append per step) and records them
-merged when they are read (``flush``, called by the ``/metrics`` route) or when
+left in the API process (engine called directly, plain, one stream: 0.63 ms of CPU per token
+with it, 0.49-0.55 with this logger; docs/performance.md). None of it is read until ``/metrics``
+is scraped, so :class:`CoalescingStatLogger` keeps the steps' stats (a list append per step) and
+records them merged when they are read (``flush``, called by the ``/metrics`` route) or when
 :data:`MAX_PENDING_STEPS` are waiting:
 
 - gauges (running, waiting, KV cache usage) take the newest step's values, as a scrape would;
