@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 from bisect import bisect_left
 from typing import Any
 
@@ -141,7 +140,6 @@ class CoalescingStatLogger(PrometheusStatLogger):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._pending: list[tuple[int, SchedulerStats | None, IterationStats | None]] = []
-        self._lock = threading.Lock()  # both run on the event loop today; a flush from a thread stays safe
         # Per-step gauges and histograms this merge would get wrong: LoRA's info gauge is stamped
         # with the step's time, KV block histograms come from eviction events. Off: step by step
         # (also where those attributes are not the ones this was written against).
@@ -159,28 +157,26 @@ class CoalescingStatLogger(PrometheusStatLogger):
             return
         if scheduler_stats is None and iteration_stats is None:
             return
-        with self._lock:
-            self._pending.append((engine_idx, scheduler_stats, iteration_stats))
-            full = len(self._pending) >= MAX_PENDING_STEPS
-        if full:
+        self._pending.append((engine_idx, scheduler_stats, iteration_stats))
+        if len(self._pending) >= MAX_PENDING_STEPS:
             self.flush()
 
     def flush(self) -> None:
-        """Record every waiting step now (before ``/metrics`` is read)."""
-        with self._lock:
-            pending, self._pending = self._pending, []
-            for engine_idx in dict.fromkeys(e for e, _, _ in pending):
-                steps = [(s, it) for e, s, it in pending if e == engine_idx]
-                scheds = [s for s, _ in steps if s is not None]
-                iterations = [it for _, it in steps if it is not None]
-                try:  # (before anything is recorded: a failure here records the steps one by one)
-                    sched = _merge_scheduler(scheds) if scheds else None
-                    merged = _merge_iterations(iterations) if iterations else None
-                except Exception:  # noqa: BLE001 - _NotMergeable, or stats of another vLLM's shape
-                    for s, it in steps:
-                        super().record(s, it, None, engine_idx)
-                    continue
-                self._record_merged(engine_idx, sched, merged, iterations)
+        """Record every waiting step now (before ``/metrics`` is read). Like ``record``, it runs on
+        the event loop (vLLM's output handler, the async ``/metrics`` route): no lock is needed."""
+        pending, self._pending = self._pending, []
+        for engine_idx in dict.fromkeys(e for e, _, _ in pending):
+            steps = [(s, it) for e, s, it in pending if e == engine_idx]
+            scheds = [s for s, _ in steps if s is not None]
+            iterations = [it for _, it in steps if it is not None]
+            try:  # (before anything is recorded: a failure here records the steps one by one)
+                sched = _merge_scheduler(scheds) if scheds else None
+                merged = _merge_iterations(iterations) if iterations else None
+            except Exception:  # noqa: BLE001 - _NotMergeable, or stats of another vLLM's shape
+                for s, it in steps:
+                    super().record(s, it, None, engine_idx)
+                continue
+            self._record_merged(engine_idx, sched, merged, iterations)
 
     def _record_merged(self, engine_idx: int, sched: SchedulerStats | None, merged: IterationStats | None,
                        iterations: list[IterationStats]) -> None:
