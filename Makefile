@@ -7,7 +7,7 @@ PORT ?= 8000
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install serve test test-unit prepare-model
+.PHONY: install serve test test-unit prepare-model browser
 
 $(STAMP): pyproject.toml scripts/install.sh
 	bash scripts/install.sh $(VENV)
@@ -22,7 +22,11 @@ serve: install
 	$(VENV)/bin/gramserve prepare-model
 	$(VENV)/bin/gramserve serve --host $(HOST) --port $(PORT) $(ARGS)
 
-test: install
+# The playground's browser test needs Debian's Chromium and ChromeDriver (installed when missing).
+browser:
+	bash scripts/ensure-browser.sh
+
+test: install browser
 	$(VENV)/bin/gramserve prepare-model
 	$(PY) -m pytest $(PYTEST_ARGS)
 
