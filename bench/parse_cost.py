@@ -1,6 +1,6 @@
 """CPU cost per token of the streamed parse (MessageStream), by output length.
 
-Feeds synthetic token streams through :class:`server.chat.message_stream.MessageStream`
+Feeds synthetic token streams through :class:`tool_parsers.message_stream.MessageStream`
 the way the chat service does (``_new_stream``: the tool parser only when the request has
 tools, the repeat guard on by default; ``feed`` per engine chunk, then ``finish``) and prints
 CPU microseconds per token at each output length. Flat rows mean amortised O(1) work per
@@ -9,9 +9,9 @@ token; rising rows mean each token re-reads the text so far.
     python -m bench.parse_cost                      # this tree
     python -m bench.parse_cost --before HEAD~3      # also a commit's parsers, side by side
 
-``--before REV`` extracts that commit's ``server/chat/message_stream.py``, ``tool_parsers``
-and ``reasoning_parsers`` into a temporary directory and runs the same workloads on them in a
-subprocess (``--src DIR`` runs on any such directory).
+``--before REV`` extracts that commit's ``tool_parsers``, ``reasoning_parsers`` and (before it
+moved into ``tool_parsers``) ``server/chat/message_stream.py`` into a temporary directory and
+runs the same workloads on them in a subprocess (``--src DIR`` runs on any such directory).
 """
 from __future__ import annotations
 
@@ -111,8 +111,11 @@ TOOL_NAMES = ("write_file", "save")
 def measure(tool: str | None, reasoning: str | None, tokens: list[str], *, repeats: int) -> tuple[float, int]:
     """Best-of-``repeats`` CPU microseconds per token, and the number of deltas produced."""
     from reasoning_parsers import get_reasoning_parser
-    from server.chat.message_stream import MessageStream
     from tool_parsers import get_tool_parser
+    try:
+        from tool_parsers.message_stream import MessageStream
+    except ImportError:  # a revision from before it moved (--before)
+        from server.chat.message_stream import MessageStream  # type: ignore[no-redef]
 
     best = float("inf")
     deltas = 0
@@ -148,8 +151,10 @@ def _run(repeats: int) -> dict[str, dict[int, float]]:
 
 
 def _extract(rev: str, into: Path) -> None:
-    paths = ["server/__init__.py", "server/chat/__init__.py", "server/chat/message_stream.py",
-             "tool_parsers", "reasoning_parsers"]
+    paths = ["tool_parsers", "reasoning_parsers"]
+    old = "server/chat/message_stream.py"  # where MessageStream lived before it moved into tool_parsers
+    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:{old}"], capture_output=True).returncode == 0:
+        paths += ["server/__init__.py", "server/chat/__init__.py", old]
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
@@ -190,10 +195,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.src is not None:
         sys.path.insert(0, str(args.src.resolve()))
-        import server.chat.message_stream as ms
+        import tool_parsers
 
-        if not Path(ms.__file__).resolve().is_relative_to(args.src.resolve()):
-            raise SystemExit(f"--src: imported {ms.__file__}, not the copy in {args.src}")
+        if not Path(tool_parsers.__file__).resolve().is_relative_to(args.src.resolve()):
+            raise SystemExit(f"--src: imported {tool_parsers.__file__}, not the copy in {args.src}")
     after = _run(args.repeats)
     if args.json:
         print(json.dumps(after))

@@ -1,8 +1,9 @@
 """Tool-call formats, one module per model family: registry and detection.
 
 Each family module (``tool_parsers/<family>.py``, any module here not starting with ``_``
-and not ``base``) declares ``FAMILIES``: :class:`~tool_parsers.base.ModelFamily` data with
-its parser, call format, detection and call-id rule. Adding a family is adding one module
+and not one of the shared modules in ``_SHARED``) declares ``FAMILIES``:
+:class:`~tool_parsers.base.ModelFamily` data with its parser, call format, detection and
+call-id rule. Adding a family is adding one module
 (and, to ship a template, ``chat_templates/<name>.jinja``). Every parser is a pure function
 of the generated text (see :mod:`tool_parsers.base`).
 """
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 _FAMILIES: dict[str, ModelFamily] = {}
+_SHARED = ("base", "message_stream")  # modules every family uses, not families
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
@@ -42,7 +44,7 @@ def register_family(family: ModelFamily) -> ModelFamily:
 
 
 for _info in pkgutil.iter_modules(__path__):
-    if not _info.name.startswith("_") and _info.name != "base":
+    if not _info.name.startswith("_") and _info.name not in _SHARED:
         for _family in getattr(importlib.import_module(f"{__name__}.{_info.name}"), "FAMILIES", ()):
             register_family(_family)
 

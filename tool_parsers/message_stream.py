@@ -37,10 +37,13 @@ import secrets
 import string
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from reasoning_parsers.base import ReasoningParser
-from tool_parsers._content import AFTER_CALL
-from tool_parsers.base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
+from ._content import AFTER_CALL
+from .base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
+
+if TYPE_CHECKING:  # a type only: reasoning parsers may come to import tool_parsers
+    from reasoning_parsers.base import ReasoningParser
 
 __all__ = [
     "Parsed",

@@ -24,7 +24,7 @@ from server.state import ServerState, check_model
 from server.chat.stream_guard import abort_shielded, guarded_stream
 from server.structured.from_request import build_constraint
 from server.chat.custom_tools import InputStream, custom_input
-from server.chat.message_stream import MessageDelta, MessageStream
+from tool_parsers.message_stream import MessageDelta, MessageStream
 from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_chat_prompt
 
 __all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED",

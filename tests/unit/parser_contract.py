@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.testdata import testdata_root
-from server.chat.message_stream import FinalMessage, MessageDelta, MessageStream
+from tool_parsers.message_stream import FinalMessage, MessageDelta, MessageStream
 
 __all__ = [
     "TESTDATA",

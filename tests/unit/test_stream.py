@@ -7,8 +7,8 @@ import random
 import pytest
 
 from reasoning_parsers import get_reasoning_parser
-from server.chat import message_stream
-from server.chat.message_stream import (
+from tool_parsers import message_stream
+from tool_parsers.message_stream import (
     MessageDelta,
     MessageStream,
     Parsed,

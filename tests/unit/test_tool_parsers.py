@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from server.chat.message_stream import FinalMessage, MessageStream
+from tool_parsers.message_stream import FinalMessage, MessageStream
 from tests.unit.parser_contract import (
     check_agree,
     chunkings,
