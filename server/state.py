@@ -42,5 +42,5 @@ def check_model(state: ServerState, model: str | None) -> None:
         return
     raise APIError(
         f"The model '{model}' does not exist. This server serves '{state.engine.model_name}'.",
-        status=404, param="model", code="model_not_found",
+        code="model_not_found",
     )

@@ -10,15 +10,15 @@ import json
 
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-from server.errors import error_body
+from server.errors import APIError
 
 __all__ = ["EnvelopeHTTPProtocol", "framing_error_response"]
 
 
 def framing_error_response(msg: str) -> bytes:
     """The whole HTTP/1.1 400 response for a request uvicorn could not parse."""
-    body = json.dumps(error_body(f"{msg.rstrip('.')}: the request is not valid HTTP/1.1.",
-                                 type="invalid_request_error", code="invalid_http")).encode()
+    body = json.dumps(APIError(f"{msg.rstrip('.')}: the request is not valid HTTP/1.1.",
+                               code="invalid_http").body()).encode()
     return (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
             b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
 

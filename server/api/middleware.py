@@ -14,7 +14,7 @@ import uuid
 from typing import Any, Awaitable, Callable
 
 from server import metrics
-from server.errors import error_body, internal_error
+from server.errors import APIError, internal_error
 from server.api.routes.playground import PAGE_PATHS
 from server.state import ServerState
 
@@ -49,13 +49,12 @@ def _endpoint(path: str) -> str:
     return "other"  # bounded label set
 
 
-async def _send_error(send: Send, status: int, message: str, *, type: str, code: str,
-                      headers: dict[str, str] | None = None, request_id: str = "") -> None:
-    body = json.dumps(error_body(message, type=type, code=code)).encode()
+async def _send_error(send: Send, err: APIError, *, request_id: str = "") -> None:
+    body = json.dumps(err.body()).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
            (b"x-request-id", request_id.encode())]
-    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
+    raw += [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
+    await send({"type": "http.response.start", "status": err.status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -101,38 +100,36 @@ class GatewayMiddleware:
                 message["headers"] = list(message["headers"]) + [(b"x-request-id", rid.encode())]
             await send(message)
 
-        async def reply(status: int, message: str, *, type: str, code: str, extra: dict[str, str] | None = None) -> None:
-            status_holder["status"] = status
-            await _send_error(send, status, message, type=type, code=code, headers=extra, request_id=rid)
+        async def reply(err: APIError) -> None:
+            status_holder["status"] = err.status
+            await _send_error(send, err, request_id=rid)
 
         generation = path in _GENERATION and scope["method"] == "POST"
         counted = False
         try:
             header_bytes = sum(len(k) + len(v) + 4 for k, v in raw_headers)
             if header_bytes > st.settings.max_header_bytes:
-                await reply(431, f"Request headers too large: {header_bytes} bytes (limit "
-                            f"{st.settings.max_header_bytes}).", type="invalid_request_error",
-                            code="headers_too_large")
+                await reply(APIError(f"Request headers too large: {header_bytes} bytes (limit "
+                                     f"{st.settings.max_header_bytes}).", code="headers_too_large"))
                 return
             if not self._authorized(scope):
-                await reply(401, "Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.",
-                            type="invalid_request_error", code="invalid_api_key")
+                await reply(APIError("Incorrect API key provided. Pass it as 'Authorization: Bearer <key>'.",
+                                     code="invalid_api_key"))
                 return
             length = headers.get(b"content-length")
             if length is not None and length.isdigit() and int(length) > st.settings.max_request_bytes:
-                await reply(413, f"Request body too large: {int(length)} bytes (limit "
-                            f"{st.settings.max_request_bytes}).", type="invalid_request_error",
-                            code="request_too_large")
+                await reply(APIError(f"Request body too large: {int(length)} bytes (limit "
+                                     f"{st.settings.max_request_bytes}).", code="request_too_large"))
                 return
             if generation and (st.draining or st.engine_dead):
-                await reply(503, "The server is shutting down or its engine is not running; retry on another "
-                            "replica.", type="server_error", code="unavailable", extra={"Retry-After": "1"})
+                await reply(APIError("The server is shutting down or its engine is not running; retry on another "
+                                     "replica.", code="unavailable", headers={"Retry-After": "1"}))
                 return
             if generation:
                 limit = st.settings.max_concurrent_requests
                 if limit and st.in_flight >= limit:
-                    await reply(429, f"Too many concurrent requests (limit {limit}); retry shortly.",
-                                type="rate_limit_error", code="too_many_requests", extra={"Retry-After": "1"})
+                    await reply(APIError(f"Too many concurrent requests (limit {limit}); retry shortly.",
+                                         code="too_many_requests", headers={"Retry-After": "1"}))
                     return
                 st.enter()
                 counted = True
@@ -143,8 +140,7 @@ class GatewayMiddleware:
                 if "started" in status_holder:
                     raise
                 log.exception("unhandled error", extra={"request_id": rid})
-                err = internal_error(exc)
-                await reply(err.status, err.message, type=err.type, code=err.code or "internal_error")
+                await reply(internal_error(exc))
         finally:
             if counted:
                 metrics.RUNNING.dec()
@@ -167,10 +163,7 @@ def _capped(receive: Receive, limit: int) -> Receive:
         if message["type"] == "http.request":
             seen += len(message.get("body", b""))
             if seen > limit:
-                from server.errors import APIError
-
-                raise APIError(f"Request body too large (limit {limit} bytes).", status=413,
-                               code="request_too_large")
+                raise APIError(f"Request body too large (limit {limit} bytes).", code="request_too_large")
         return message
 
     return wrapped

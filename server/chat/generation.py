@@ -33,19 +33,19 @@ def completion_budget(max_model_len: int, prompt_tokens: int, requested: int | N
     ``max_completion_tokens``), ``prompt_param`` the prompt field (``messages`` or ``prompt``).
     """
     what = "messages" if prompt_param == "messages" else "prompt"
-    if prompt_tokens >= max_model_len:
+    if prompt_tokens >= max_model_len:  # messages naming parameters through the namer (Responses renames)
         raise bad_request(
-            f"This model's maximum context length is {max_model_len} tokens. However, your {what} "
-            f"resulted in {prompt_tokens} tokens. Please reduce the length of the {what}.",
+            lambda n: f"This model's maximum context length is {max_model_len} tokens. However, your {n(what)} "
+                      f"resulted in {prompt_tokens} tokens. Please reduce the length of the {n(what)}.",
             param=prompt_param, code="context_length_exceeded",
         )
     if requested is None:
         return max_model_len - prompt_tokens
     if prompt_tokens + requested > max_model_len:
         raise bad_request(
-            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-            f"{prompt_tokens + requested} tokens ({prompt_tokens} in the {what}, {requested} in the "
-            f"completion). Please reduce the length of the {what} or '{param}'.",
+            lambda n: f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                      f"{prompt_tokens + requested} tokens ({prompt_tokens} in the {n(what)}, {requested} in the "
+                      f"completion). Please reduce the length of the {n(what)} or '{n(param)}'.",
             param=param, code="context_length_exceeded",
         )
     return requested

@@ -68,14 +68,15 @@ def plan_reasoning_budget(state: ServerState, req: Any) -> ReasoningBudget | Non
         if req.max_reasoning_tokens is None:
             return None
         raise bad_request("'max_reasoning_tokens' needs a reasoning model: start the server with "
-                          "--reasoning-parser NAME, or drop the field.", param="max_reasoning_tokens")
+                          "--reasoning-parser NAME, or drop the field.", param="max_reasoning_tokens",
+                          code="invalid_value")
     spec = reasoning_spec(state, req)
     if spec is None:  # thinking turned off for this request: nothing to cap
         return None
     if not (spec.starts_open or spec.required):
         raise bad_request("'max_reasoning_tokens' needs a think block the output surely starts with: use a "
                           "reasoning parser whose template opens the block, or start the server with "
-                          "--reasoning-required.", param="max_reasoning_tokens")
+                          "--reasoning-required.", param="max_reasoning_tokens", code="invalid_value")
     think = think_block_constraint("" if spec.starts_open else spec.start, spec.end)
     if state.grammar_cache is not None:
         result = state.grammar_cache.compile(think)

@@ -25,6 +25,7 @@ import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from chat_templates import BUILTIN_TEMPLATES, builtin_template_path
+from server.errors import APIError
 from tool_parsers import detect_family
 
 __all__ = [
@@ -43,13 +44,12 @@ _RESERVED_KWARGS = frozenset({"messages", "tools", "add_generation_prompt"})
 _TOOLS_RE = re.compile(r"\btools\b")
 
 
-class RenderError(ValueError):
-    """A request the chat template cannot render; ``param`` names the offending field."""
+class RenderError(APIError, ValueError):
+    """A request the chat template cannot render; ``param`` names the offending field
+    (``messages`` when none is known). A 400 ``invalid_value`` as it stands."""
 
     def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
+        super().__init__(message, code="invalid_value", param=param or "messages")
 
 
 # --------------------------------------------------------------------------- jinja

@@ -59,28 +59,24 @@ def _tools_for_prompt(req: ChatCompletionRequest) -> list[dict[str, Any]] | None
 
 def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
     """Validate what pydantic cannot, render the prompt and build the constraint."""
-    from server.chat.render import RenderError
-
     check_model(state, req.model)
     s = state.settings
     if req.tools and len(req.tools) > s.max_tools:
         raise bad_request(f"Too many tools: {len(req.tools)} (this server accepts at most {s.max_tools}).",
                           param="tools", code="too_many_tools")
     if req.tool_choice not in (None, "none") and not req.tools:
-        raise bad_request("'tool_choice' is set but no 'tools' were given.", param="tool_choice")
+        raise bad_request("'tool_choice' is set but no 'tools' were given.", param="tool_choice", code="invalid_value")
     tools = _tools_for_prompt(req)
     if tools and state.tool_parser is None:
         raise bad_request("This server has no tool-call parser for its chat template; start it with "
                           "--tool-call-parser NAME to use 'tools'.", param="tools", code="tools_unsupported")
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
-    try:
-        # client text that spells a control token (<|im_end|>...) is encoded as plain text
-        prompt, prompt_ids = tokenize_chat_prompt(
-            state.renderer, state.engine.tokenizer, messages, tools=tools, add_generation_prompt=True,
-            chat_template_kwargs=req.chat_template_kwargs,
-        )
-    except RenderError as exc:
-        raise bad_request(str(exc), param=getattr(exc, "param", None) or "messages") from exc
+    # client text that spells a control token (<|im_end|>...) is encoded as plain text; a
+    # RenderError is a 400 naming its param as it stands
+    prompt, prompt_ids = tokenize_chat_prompt(
+        state.renderer, state.engine.tokenizer, messages, tools=tools, add_generation_prompt=True,
+        chat_template_kwargs=req.chat_template_kwargs,
+    )
     if state.settings.log_prompts:  # off by default: prompts are user data
         log.info("prompt", extra={"prompt": prompt, "prompt_tokens": len(prompt_ids)})
     max_tokens = completion_budget(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),
@@ -228,16 +224,14 @@ async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncIterator[
     except EngineAbortedError as exc:
         if state.cut:
             raise APIError("The server is shutting down and cut this response before it finished; retry the "
-                           "request on another replica.", status=503, type="server_error",
+                           "request on another replica.",
                            code="server_shutdown") from exc
-        raise APIError("The request was aborted before it finished.", status=503, type="server_error",
-                       code="aborted") from exc
+        raise APIError("The request was aborted before it finished.", code="aborted") from exc
     except EngineRequestError as exc:
-        raise bad_request(f"The engine rejected the request: {exc}") from exc
+        raise bad_request(f"The engine rejected the request: {exc}", code="invalid_value") from exc
     except EngineDeadError as exc:
         state.engine_dead = True
-        raise APIError("The engine is not running; retry on another replica.", status=503,
-                       type="server_error", code="engine_dead") from exc
+        raise APIError("The engine is not running; retry on another replica.", code="engine_dead") from exc
     finally:
         state.running.discard(gen.request_id)
 

@@ -49,7 +49,7 @@ class ResponseStore:
         if found is None:
             raise APIError(f"No response with id '{response_id}' is stored here (it was never stored, has expired "
                            f"after {self.ttl_s:g} s, or was evicted by newer ones). Send the conversation as "
-                           "'input' items instead.", status=404, param=param, code="not_found")
+                           "'input' items instead.", param=param, code="not_found")
         return found[1]
 
     def delete(self, response_id: str) -> None:

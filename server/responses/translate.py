@@ -200,30 +200,31 @@ def _effort(effort: Any) -> str | None:
     return "none" if effort == "minimal" else effort
 
 
-_RENAMES = (("max_completion_tokens", "max_output_tokens"), ("max_tokens", "max_output_tokens"),
-            ("response_format.json_schema", "text.format"), ("response_format", "text.format"),
-            ("reasoning_effort", "reasoning.effort"))
+# chat parameter (or its prefix) -> the Responses parameter; the longest prefix wins
+_RENAMES = {"max_completion_tokens": "max_output_tokens", "max_tokens": "max_output_tokens",
+            "response_format.json_schema": "text.format", "response_format": "text.format",
+            "reasoning_effort": "reasoning.effort", "messages": "input"}
 _MESSAGE_PARAM = re.compile(r"^messages\[(\d+)\]")
 _TOOL_PARAM = re.compile(r"^(tools\[\d+\])\.function")
 
 
+def responses_name(param: str, sources: Sequence[str]) -> str:
+    """A chat parameter's Responses name: ``messages[i]`` is the item it came from, tools are
+    flat, and the rest by the :data:`_RENAMES` map."""
+    m = _MESSAGE_PARAM.match(param)
+    if m and int(m.group(1)) < len(sources):
+        return sources[int(m.group(1))]
+    param = _TOOL_PARAM.sub(r"\1", param)
+    for old in sorted(_RENAMES, key=len, reverse=True):
+        if param == old or param.startswith(old + ".") or param.startswith(old + "["):
+            return "input" if old == "messages" else _RENAMES[old] + param[len(old):]
+    return param
+
+
 def rename_error(exc: APIError, sources: Sequence[str]) -> APIError:
-    """A chat error as the Responses API names things (``param`` and the message's words)."""
-    param, message = exc.param, exc.message
-    if param:
-        m = _MESSAGE_PARAM.match(param)
-        if m and int(m.group(1)) < len(sources):
-            param = sources[int(m.group(1))]
-        elif param == "messages" or param.startswith("messages."):
-            param = "input"
-        param = _TOOL_PARAM.sub(r"\1", param)
-        for old, new in _RENAMES:
-            if param == old or param.startswith(old + "."):
-                param = new + param[len(old):]
-                break
-    for old, new in _RENAMES + (("messages", "input"),):
-        message = message.replace(f"'{old}'", f"'{new}'").replace(f"your {old}", f"your {new}")
-    return APIError(message, status=exc.status, type=exc.type, param=param, code=exc.code, headers=exc.headers)
+    """A chat error as the Responses API names things: its param, and the parameters its
+    message names (rendered with these names; the message text is never rewritten)."""
+    return exc.renamed(lambda param: responses_name(param, sources))
 
 
 def output_messages(output: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from server.errors import APIError
 from server.lru import BoundedLRU
 from server.structured.vllm_limits import vllm_json_refusal
 
@@ -60,13 +61,12 @@ _VLLM_OPTION_KEYS = frozenset({"disable_any_whitespace", "disable_additional_pro
 _XGR_NOISE = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: (Check failed: \(.*?\) is false: )?")
 
 
-class ConstraintError(ValueError):
-    """The request asks for a constraint that cannot be enforced; ``param`` names the field."""
+class ConstraintError(APIError, ValueError):
+    """The request asks for a constraint that cannot be enforced; ``param`` names the field.
+    A 400 as it stands (code ``invalid_constraint``, ``invalid_schema`` for a schema)."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
+    def __init__(self, message: str, param: str | None = None, *, code: str = "invalid_constraint") -> None:
+        super().__init__(message, code=code, param=param)
 
 
 @dataclass(frozen=True)
@@ -266,13 +266,14 @@ def check_schema(schema: Any, param: str) -> None:
     """JSON Schema 2020-12 meta-validation, nesting limit, then xgrammar conversion."""
     if isinstance(schema, bool):
         if not schema:
-            raise ConstraintError(f"{param}: the schema `false` accepts no value at all.", param)
+            raise ConstraintError(f"{param}: the schema `false` accepts no value at all.", param, code="invalid_schema")
         return
     if not isinstance(schema, dict):
-        raise ConstraintError(f"{param} must be a JSON Schema object, got {type(schema).__name__}.", param)
+        raise ConstraintError(f"{param} must be a JSON Schema object, got {type(schema).__name__}.", param,
+                              code="invalid_schema")
     problem = _remembered_problem("schema:", schema, lambda: _schema_problem(schema))
     if problem is not None:
-        raise ConstraintError(f"{param} {problem}", param)
+        raise ConstraintError(f"{param} {problem}", param, code="invalid_schema")
 
 
 def _schema_problem(schema: dict[str, Any]) -> str | None:

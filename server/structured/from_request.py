@@ -15,7 +15,7 @@ from server.errors import bad_request
 from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
-from server.structured.constraints import ConstraintError, check_schema, nesting_exceeds
+from server.structured.constraints import check_schema, nesting_exceeds
 from server.structured.schema_support import normalize_schema
 
 __all__ = ["new_constraint_memo", "build_constraint", "request_constraint", "compile_checked", "schema_request",
@@ -105,10 +105,7 @@ def _check_schema(state: ServerState, schema: Any, *, strict: bool, param: str) 
     schema_limits(state, schema, param=param)
     if not isinstance(schema, dict):
         raise bad_request("The schema must be a JSON object.", param=param, code="invalid_schema")
-    try:  # the one schema check (meta-schema, nesting, grammar conversion) the builders use too
-        check_schema(schema, param)
-    except ConstraintError as exc:
-        raise bad_request(exc.message, param=param, code="invalid_schema") from None
+    check_schema(schema, param)  # the one schema check (meta-schema, nesting, grammar) the builders use too
     if strict:  # judged on what is compiled: normalize_schema keeps every keyword at its pointer
         _strict_check(normalize_schema(schema), param=param)
 
@@ -207,7 +204,7 @@ def request_constraint(state: ServerState, req: Any,
 
 def _request_constraint(state: ServerState, rf: dict | None, so: dict | None, tools: list[dict[str, Any]] | None,
                         tool_choice: Any, parallel: bool, reasoning: Any) -> tuple[Any, dict | None, bool]:
-    from server.structured.constraints import ConstraintError, constraint_from_request
+    from server.structured.constraints import constraint_from_request
 
     constraint_limits(state, so)
     schema: dict | None = None
@@ -228,20 +225,16 @@ def _request_constraint(state: ServerState, rf: dict | None, so: dict | None, to
         params = t["function"].get("parameters")
         if params:
             schema_limits(state, params, param=f"tools.{t['function']['name']}.parameters")
-    try:
-        constraint = constraint_from_request(
-            response_format=rf,
-            structured_outputs=so,
-            tools=tools,
-            tool_choice=tool_choice if tools else None,
-            parallel_tool_calls=parallel,
-            tool_format=getattr(state.tool_parser, "format", None) if tools else None,
-            reasoning=reasoning,
-            tool_constraints=state.settings.tool_constraints,
-        )
-    except ConstraintError as exc:
-        raise bad_request(str(getattr(exc, "message", exc)), param=getattr(exc, "param", None),
-                          code="invalid_constraint") from exc
+    constraint = constraint_from_request(  # a ConstraintError is a 400 as it stands
+        response_format=rf,
+        structured_outputs=so,
+        tools=tools,
+        tool_choice=tool_choice if tools else None,
+        parallel_tool_calls=parallel,
+        tool_format=getattr(state.tool_parser, "format", None) if tools else None,
+        reasoning=reasoning,
+        tool_constraints=state.settings.tool_constraints,
+    )
     return constraint, schema, strict
 
 
@@ -249,7 +242,9 @@ def _loads(text: str) -> dict:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise bad_request(f"structured_outputs.json is not valid JSON: {exc}", param="structured_outputs.json")
+        raise bad_request(f"structured_outputs.json is not valid JSON: {exc}", param="structured_outputs.json",
+                          code="invalid_schema") from None
     if not isinstance(value, dict):
-        raise bad_request("structured_outputs.json must be a JSON Schema object.", param="structured_outputs.json")
+        raise bad_request("structured_outputs.json must be a JSON Schema object.", param="structured_outputs.json",
+                          code="invalid_schema")
     return value

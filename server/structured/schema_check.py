@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from server.structured.constraints import Constraint, ConstraintError, constraint_from_request
+from server.errors import APIError
+from server.structured.constraints import Constraint, constraint_from_request
 from server.structured.schema_support import analyze_schema, normalize_schema
 
 __all__ = ["check_schema_report", "schema_constraint", "split_body"]
@@ -53,7 +54,7 @@ def check_schema_report(body: Any, *, cache: Any,
             result = cache.compile(constraint_for(schema))
             compiled = {"compiles": result.ok, "error": result.error, "compile_seconds": round(result.seconds, 6),
                         "cached": result.cached}
-        except ConstraintError as exc:
+        except APIError as exc:  # refused before compiling (ConstraintError included)
             compiled = {"compiles": False, "error": str(exc), "compile_seconds": None, "cached": False}
         items.append({
             "name": label,

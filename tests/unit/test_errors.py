@@ -383,12 +383,13 @@ def test_error_body_shape():
 
 
 def test_api_error_response():
-    exc = APIError("nope", status=429, type="rate_limit_error", code="x", headers={"Retry-After": "2"})
+    exc = APIError("nope", code="too_many_requests", headers={"Retry-After": "2"})
     resp = exc.response()
     assert resp.status_code == 429 and resp.headers["retry-after"] == "2"
-    assert exc.body()["error"] == {"message": "nope", "type": "rate_limit_error", "param": None, "code": "x"}
-    br = bad_request("bad", param="p", code="c")
-    assert (br.status, br.type, br.param, br.code) == (400, "invalid_request_error", "p", "c")
+    assert exc.body()["error"] == {"message": "nope", "type": "rate_limit_error", "param": None,
+                                   "code": "too_many_requests"}
+    br = bad_request("bad", param="p", code="invalid_value")
+    assert (br.status, br.type, br.param, br.code) == (400, "invalid_request_error", "p", "invalid_value")
 
 
 def test_validation_error_mapping():
@@ -423,3 +424,60 @@ def test_large_minimums_are_refused_before_they_reach_the_grammar(client):
                                                   "response_format": {"type": "json_schema",
                                                                       "json_schema": {"name": "x", "schema": ok}}})
     assert r.status_code == 200, r.text
+
+
+# --------------------------------------------------------------------------- the catalog
+
+
+def _readme_error_table() -> dict[str, int]:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, int] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].isdigit():
+            for code in re.findall(r"`([a-z_]+)`", cells[1]):
+                rows[code] = int(cells[0])
+    return rows
+
+
+def test_readme_error_table_is_the_catalog():
+    from server.errors import CATALOG
+
+    assert _readme_error_table() == {code: kind.status for code, kind in CATALOG.items()}
+
+
+def test_every_code_the_server_raises_is_catalogued():
+    """Codes are only ever written as ``code="..."``; each one must be in the catalog."""
+    import re
+    from pathlib import Path
+
+    from server.errors import CATALOG
+
+    server = Path(__file__).resolve().parents[2] / "server"
+    used = {m for p in server.rglob("*.py") for m in re.findall(r'\bcode="([a-z_]+)"', p.read_text())}
+    assert used and used <= set(CATALOG), used - set(CATALOG)
+
+
+def test_status_and_type_come_from_the_code():
+    e = APIError("busy", code="too_many_requests", headers={"Retry-After": "1"})
+    assert (e.status, e.type, e.param) == (429, "rate_limit_error", None)
+    assert APIError("x", code="model_not_found").param == "model"  # the catalog's default param
+    with pytest.raises(KeyError):
+        APIError("x", code="not_a_code")
+
+
+def test_domain_errors_carry_code_and_param():
+    from server.chat.render import RenderError
+    from server.structured.constraints import ConstraintError, check_schema
+
+    assert (ConstraintError("bad", "tool_choice").code, ConstraintError("bad", "tool_choice").param) == (
+        "invalid_constraint", "tool_choice")
+    with pytest.raises(ConstraintError) as exc:
+        check_schema({"type": 12}, "tools[0].function.parameters")
+    assert (exc.value.code, exc.value.status, exc.value.param) == ("invalid_schema", 400, "tools[0].function.parameters")
+    r = RenderError("no")
+    assert (r.code, r.param, r.status) == ("invalid_value", "messages", 400)

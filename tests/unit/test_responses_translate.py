@@ -70,9 +70,32 @@ def test_bad_items_name_their_param(body, param):
 
 def test_rename_error_uses_responses_words():
     sources = ("instructions", "input[2]")
-    e = rename_error(bad_request("Invalid 'max_completion_tokens' for your messages.", param="max_completion_tokens"),
-                     sources)
+    e = rename_error(bad_request(lambda n: f"Invalid '{n('max_completion_tokens')}' for your {n('messages')}.",
+                                 param="max_completion_tokens", code="invalid_value"), sources)
     assert e.param == "max_output_tokens" and "'max_output_tokens'" in e.message and "your input" in e.message
-    assert rename_error(bad_request("x", param="messages[1].content"), sources).param == "input[2]"
-    assert rename_error(bad_request("x", param="tools[0].function.parameters"), sources).param == "tools[0].parameters"
-    assert rename_error(bad_request("x", param="response_format.json_schema.schema"), sources).param == "text.format.schema"
+    assert e.code == "invalid_value" and e.status == 400
+
+    def param(chat: str) -> str | None:
+        return rename_error(bad_request("x", param=chat, code="invalid_value"), sources).param
+
+    assert param("messages[1].content") == "input[2]"
+    assert param("messages") == "input"
+    assert param("tools[0].function.parameters") == "tools[0].parameters"
+    assert param("response_format.json_schema.schema") == "text.format.schema"
+    assert param("response_format.type") == "text.format.type"
+    assert param("reasoning_effort") == "reasoning.effort"
+    assert param("temperature") == "temperature"
+
+
+def test_rename_error_never_rewrites_message_text():
+    """Renaming goes by the map and the message's own namer: plain text stays as written, so
+    rewording a chat message cannot break a Responses one."""
+    e = rename_error(bad_request("Invalid 'max_completion_tokens' for your messages.", param="max_tokens",
+                                 code="invalid_value"), ())
+    assert e.message == "Invalid 'max_completion_tokens' for your messages." and e.param == "max_output_tokens"
+
+
+def test_validation_errors_name_responses_params():
+    with pytest.raises(APIError) as exc:  # found by the chat model, named as Responses names it
+        plan(input="Hi", tools=[{"type": "function", "name": "bad name!", "parameters": {"type": "object"}}])
+    assert exc.value.param == "tools[0].name" and "'tools[0].name'" in exc.value.message

@@ -40,9 +40,9 @@ SECURITY_HEADERS = {
 def _serve(request: Request, name: str) -> Response:
     if not request.app.state.gs.settings.playground:
         raise APIError(f"Not found: {request.url.path} (the playground is turned off on this server: it runs "
-                       "with --no-playground).", status=404, code="not_found")
+                       "with --no-playground).", code="not_found")
     if name not in _FILES:
-        raise APIError(f"Not found: {request.url.path}.", status=404, code="not_found")
+        raise APIError(f"Not found: {request.url.path}.", code="not_found")
     body = resources.files("server.api").joinpath("playground", name).read_bytes()
     return Response(body, media_type=_FILES[name], headers=SECURITY_HEADERS)
 
