@@ -371,5 +371,6 @@ def test_text_that_leaves_the_arguments_open_skips_the_parse(opening: str, token
     stream.feed(closing)
     assert len(calls) == before + 1  # the value ends here: parsed
     stream.feed("}\n</tool_call>")
-    final = stream.final_message() if stream.finish() is None else stream.final_message()
+    stream.finish()
+    final = stream.final_message()
     assert [(c.name, json.loads(c.arguments)) for c in final.tool_calls] == [("f", expected)]
