@@ -2,7 +2,8 @@
 
 Format: ``<tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>``, several in a
 row. ``"parameters"`` is accepted in place of ``"arguments"``; a call without either
-gets ``"{}"``. Arguments are returned as the raw JSON text the model wrote.
+gets ``"{}"``. Arguments are returned as the raw JSON text the model wrote. Several calls
+in one block (``{...}{...}``, ``{...}, {...}`` or a JSON array of calls) all come out.
 
 Malformed calls: when a call's JSON is invalid (or the text ends inside it at the final
 parse), the call is not a call: its text between the markers (leading whitespace
@@ -15,7 +16,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ._content import ContentBuilder, next_marker
-from ._scan import CallObject, JsonError, partial_marker_start, scan_call_object, skip_ws, unwrap_string_arguments
+from ._calls import call_array, call_objects
+from ._scan import JsonError, partial_marker_start, skip_ws
 from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["HermesToolParser", "FAMILIES"]
@@ -43,13 +45,16 @@ class HermesToolParser(ToolParser):
             body = i + len(self.start)
             try:
                 p = skip_ws(text, body)
-                if p < len(text) and text[p] != "{":
+                if p >= len(text):
+                    if final:
+                        raise JsonError("the text ends inside the call", len(text))
+                    found, end = [ToolCallPart(None, "", False)], None
+                elif text[p] == "[":  # several calls as one JSON array
+                    found, end = call_array(text, p, final=final, who=self.name, errors=errors, unwrap=True)
+                elif text[p] == "{":  # one call, or several one after another
+                    found, end = call_objects(text, p, final=final, unwrap=True)
+                else:
                     raise JsonError(f"expected '{{' after {self.start}", p)
-                obj = scan_call_object(text, p) if p < len(text) else None
-                if obj is not None and obj.end is not None and obj.name is None:
-                    raise JsonError('the call has no "name"', p)
-                if final and (obj is None or obj.end is None):
-                    raise JsonError("the text ends inside the call", len(text))
             except JsonError as exc:
                 errors.append(f"{self.name}: malformed tool call at offset {i} ({exc}); kept as content")
                 stop = text.find(self.end, min(exc.pos, len(text)))
@@ -63,7 +68,7 @@ class HermesToolParser(ToolParser):
                 bad.append((i, pos))
                 continue
             out.call()
-            end = self._calls_in_block(text, obj, final=final, calls=calls)
+            calls.extend(found)
             if end is None:  # cut off while streaming
                 break
             pos, closed = self._after_call(text, end, final=final, errors=errors, out=out, bad=bad)
@@ -72,31 +77,6 @@ class HermesToolParser(ToolParser):
         else:
             checkpoint = out.tail_checkpoint(text, pos, len(calls), len(errors)) or checkpoint
         return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad))
-
-    def _calls_in_block(self, text: str, obj: CallObject | None, *, final: bool,
-                        calls: list[ToolCallPart]) -> int | None:
-        """Append the block's calls: its first object and any further objects right after it
-        (some models put several calls in one block). Returns where the last one ends (None:
-        cut off while streaming)."""
-        while True:
-            if obj is None or obj.end is None:
-                partial = obj.arguments if obj else ""
-                # arguments written as a JSON string are unwrapped once complete: hold them till then
-                calls.append(ToolCallPart(obj.name if obj else None, "" if partial.startswith('"') else partial,
-                                          False))
-                return None
-            calls.append(ToolCallPart(obj.name, unwrap_string_arguments(obj.arguments) if obj.has_arguments
-                                      else "{}", True))
-            q = skip_ws(text, obj.end)
-            if q >= len(text) or text[q] != "{":
-                return obj.end
-            try:
-                nxt = scan_call_object(text, q)
-            except JsonError:
-                return obj.end  # not a call: _after_call returns its text as content
-            if nxt.end is not None and nxt.name is None or (final and nxt.end is None):
-                return obj.end
-            obj = nxt
 
     def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str], out: ContentBuilder,
                     bad: list[tuple[int, int | None]]) -> tuple[int, bool]:

@@ -1,8 +1,10 @@
 """Llama 3.1 / 3.2 JSON tool calls.
 
 Format: optional ``<|python_tag|>``, then ``{"name": "f", "parameters": {...}}``
-(``"arguments"`` accepted too), several separated by ``;`` and/or whitespace. Only
-output that *starts* with the tag or ``{`` holds calls; anything else is plain content.
+(``"arguments"`` accepted too), several separated by ``;`` (or ``,``) and/or whitespace. Calls start
+the output (with the tag or a bare ``{``) or follow text behind a ``<|python_tag|>``
+(``Let me check.<|python_tag|>{...}``: the text is content, the call a call); a bare ``{``
+after text is content, and so is text behind a tag that opens no call (the tag dropped).
 
 Which objects are calls: an object is a call only if it has a string ``"name"`` and a
 ``"parameters"``/``"arguments"`` key. ``{"name": "f"}`` alone is content (upstream vLLM
@@ -28,7 +30,8 @@ from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
 __all__ = ["Llama3JsonToolParser", "FAMILIES"]
 
 _CALL_KEYS = ("name", "parameters", "arguments")
-_CONTENT = "content"  # resume word: calls are over, the rest is content
+_CONTENT = "content"  # resume word: text, not calls (up to a <|python_tag|> that opens one)
+_SEPARATORS = ";,"  # between two calls (Llama writes "; ", some models ", ")
 
 
 class Llama3JsonToolParser(ToolParser):
@@ -43,86 +46,111 @@ class Llama3JsonToolParser(ToolParser):
         call_end="}", separator="; ", section_end="", calls_follow_text=False)
 
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
-        if resume == _CONTENT:  # settled: everything from here on is content
-            return ParsedTools(text, (), (), Checkpoint(len(text), len(text), 0, 0, _CONTENT))
         calls: list[ToolCallPart] = []
         errors: list[str] = []
         bad: list[tuple[int, int | None]] = []
         content: list[str] = []
         checkpoint: Checkpoint | None = None
         n = len(text)
-
-        def done(rest: str = "", *, settled: bool = False) -> ParsedTools:
-            nonlocal checkpoint
-            body = "".join(content) + rest
-            if settled:  # no call can follow: the rest of the output is content
-                checkpoint = Checkpoint(n, len(body), len(calls), len(errors), _CONTENT)
-            return ParsedTools(body, tuple(calls), tuple(errors), checkpoint, tuple(bad))
-
+        lead = ""  # text before the first object, kept as content if that object is not a call
+        p: int | None = None  # where a call may start (at "{"); None: text, from q
+        q = 0
         if resume == AFTER_CALL:
-            p = self._next_call(text, 0, final=final)
-            if p is None or p >= n or text[p] != "{":
-                return done("" if p is None or p >= n else text[p:], settled=p is not None and p < n)
-            plain = text
-        else:
+            p = q = self._next_call(text, 0, final=final)
+            if p is None:
+                return ParsedTools("")
+        elif resume != _CONTENT:
             p = skip_ws(text, 0)
-            tagged = text.startswith(self.start, p)
-            if tagged:
-                p = skip_ws(text, p + len(self.start))
+            tag = p if text.startswith(self.start, p) else -1
+            if tag >= 0:
+                p = skip_ws(text, tag + len(self.start))
             elif not final and self.start.startswith(text[p:]):
                 return ParsedTools("")  # whitespace or a partial tag: wait
-            plain = text.replace(self.start, "", 1) if tagged else text  # if no call here
             if p >= n:
-                return ParsedTools(plain if final else "")
-            if text[p] != "{":
-                return done(plain, settled=True)
-
-        def rest(p: int, stop: int | None = None) -> str:  # content from the object at p (all before it if first)
-            if calls or content or resume == AFTER_CALL:
-                return text[p:stop]
-            return plain[: None if stop is None else stop - (n - len(plain))]
+                return ParsedTools(text.replace(self.start, "", 1) if final else "")
+            lead = text[:p] if tag < 0 else text[:tag] + text[tag + len(self.start) : p]
+            if text[p] != "{":  # plain text (what follows a leading tag is kept verbatim)
+                content.append(text[:tag] if tag >= 0 else "")
+                q = 0 if tag < 0 else tag + len(self.start)
+                p, lead = None, ""
 
         while True:
+            if p is None or p >= n or text[p] != "{":
+                if p is not None and p >= n:  # a separator or another call may follow
+                    return self._result(content, calls, errors, checkpoint, bad)
+                # Text, not calls: content up to the next <|python_tag|> that opens a call.
+                piece, p, stop = self._until_call(text, q, final=final)
+                content.append(piece)
+                checkpoint = Checkpoint(stop, len("".join(content)), len(calls), len(errors), _CONTENT)
+                if p is None:
+                    return self._result(content, calls, errors, checkpoint, bad)
             try:
                 obj = scan_call_object(text, p)
+                call = _may_be_call(obj)
             except JsonError as exc:
                 if _first_key(text, p) not in (None, *_CALL_KEYS):  # not a call (decided before it broke)
-                    return done(rest(p), settled=True)
-                # Malformed: content up to the next <|python_tag|> (where parsing resumes), if any.
-                errors.append(f"{self.name}: malformed tool call at offset {p} ({exc}); kept as content")
-                tag = text.find(self.start, min(max(exc.pos, p + 1), n))
-                if tag < 0:
-                    cut = n if final else partial_marker_start(text, (self.start,), p + 1)
-                    bad.append((p, n if final else None))
-                    return done(rest(p, cut))
-                content.append(rest(p, tag))
-                bad.append((p, tag))
-                p = self._next_call(text, tag, final=final)
-                if p is None or p >= n or text[p] != "{":
-                    return done("" if p is None or p >= n else text[p:], settled=p is not None and p < n)
+                    call = False
+                else:
+                    # Malformed: content up to the next <|python_tag|> (where parsing resumes), if any.
+                    errors.append(f"{self.name}: malformed tool call at offset {p} ({exc}); kept as content")
+                    tag = text.find(self.start, min(max(exc.pos, p + 1), n))
+                    stop = tag if tag >= 0 else n if final else partial_marker_start(text, (self.start,), p + 1)
+                    content.append(lead + text[p:stop])
+                    bad.append((p, tag if tag >= 0 else n if final else None))
+                    if tag < 0:
+                        return self._result(content, calls, errors, checkpoint, bad)
+                    lead = ""
+                    p = q = self._next_call(text, tag, final=final)
+                    if p is None:
+                        return self._result(content, calls, errors, checkpoint, bad)
+                    continue
+            if not call:  # text after all: it and what follows up to a call are content
+                content.append(lead)
+                p, q, lead = None, p, ""
                 continue
-            if not _may_be_call(obj):
-                return done(rest(p), settled=True)
             if obj.end is None:
                 if final:
                     errors.append(f"{self.name}: the text ends inside a tool call at offset {p}; kept as content")
-                    return done(rest(p))
-                name = obj.name if obj.has_arguments else None
-                calls.append(ToolCallPart(name, obj.arguments, False))
-                return done()
+                    content.append(lead + text[p:])
+                else:
+                    calls.append(ToolCallPart(obj.name if obj.has_arguments else None, obj.arguments, False))
+                return self._result(content, calls, errors, checkpoint, bad)
             calls.append(ToolCallPart(obj.name, obj.arguments, True))
+            lead = ""
             checkpoint = Checkpoint(obj.end, len("".join(content)), len(calls), len(errors), AFTER_CALL)
-            p = self._next_call(text, obj.end, final=final)
-            if p is None or p >= n:  # a separator or another call may follow
-                return done()
-            if text[p] != "{":
-                return done(text[p:], settled=True)
+            p = q = self._next_call(text, obj.end, final=final)
+            if p is None:
+                return self._result(content, calls, errors, checkpoint, bad)
+
+    @staticmethod
+    def _result(content: list[str], calls: list[ToolCallPart], errors: list[str], checkpoint: Checkpoint | None,
+                bad: list[tuple[int, int | None]]) -> ParsedTools:
+        return ParsedTools("".join(content), tuple(calls), tuple(errors), checkpoint, tuple(bad))
+
+    def _until_call(self, text: str, q: int, *, final: bool) -> tuple[str, int | None, int]:
+        """Content from ``q`` up to the next ``<|python_tag|>`` that opens a call: the text, where
+        that call starts (None: no call yet) and where the content stops (what follows is held
+        back while streaming). A tag that opens no call is dropped and the text goes on."""
+        pieces = []
+        while True:
+            tag = text.find(self.start, q)
+            if tag < 0:
+                stop = len(text) if final else partial_marker_start(text, (self.start,), q)
+                pieces.append(text[q:stop])
+                return "".join(pieces), None, stop
+            pieces.append(text[q:tag])
+            p = skip_ws(text, tag + len(self.start))
+            if p >= len(text) and not final:
+                return "".join(pieces), None, tag  # what follows the tag decides: wait
+            if p < len(text) and text[p] == "{":
+                return "".join(pieces), p, tag
+            q = tag + len(self.start)
 
     def _next_call(self, text: str, q: int, *, final: bool) -> int | None:
-        """After a call (or at a tag): past ``;``, whitespace and a ``<|python_tag|>`` to where the
+        """After a call (or at a tag): past ``;`` (or ``,``), whitespace and a ``<|python_tag|>`` to where the
         next call may start. None: a partial tag, wait."""
         q = skip_ws(text, q)
-        if q < len(text) and text[q] == ";":
+        if q < len(text) and text[q] in _SEPARATORS:
             q = skip_ws(text, q + 1)
         if text.startswith(self.start, q):  # each call may carry its own <|python_tag|>
             return skip_ws(text, q + len(self.start))

@@ -3,7 +3,9 @@
 Shapes accepted after each ``[TOOL_CALLS]`` marker (by every variant):
 
 * pre-v11: ``[TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]`` (a JSON array;
-  ``"parameters"`` accepted; a call without arguments gets ``"{}"``);
+  ``"parameters"`` accepted; a call without arguments gets ``"{}"``; call objects without
+  the brackets, ``{...}{...}`` or ``{...}, {...}``, too). An array the text cuts off keeps
+  the calls it completed;
 * v11: ``[TOOL_CALLS]f{...}``, each call behind its own marker;
 * v13 (Magistral, Devstral): ``[TOOL_CALLS]f[ARGS]{...}``.
 
@@ -23,7 +25,8 @@ import re
 from typing import ClassVar
 
 from ._content import ContentBuilder, next_marker
-from ._scan import JsonError, partial_marker_start, scan_array, scan_call_object, scan_value, skip_ws
+from ._calls import call_array, call_objects
+from ._scan import JsonError, partial_marker_start, scan_value, skip_ws
 from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["MistralToolParser", "V11_FORMAT", "V13_FORMAT", "mistral_tool_call_id", "FAMILIES"]
@@ -85,37 +88,10 @@ class MistralToolParser(ToolParser):
                 raise JsonError("nothing after the marker", p)
             return [], None
         if text[p] == "[" and not text.startswith(self.args_marker, p):
-            return self._array(text, p, final=final, errors=errors)
+            return call_array(text, p, final=final, who=self.name, errors=errors)
+        if text[p] == "{":  # call objects without the array's brackets
+            return call_objects(text, p, final=final)
         return self._named(text, p, final=final)
-
-    def _array(self, text: str, p: int, *, final: bool,
-               errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
-        arr = scan_array(text, p)
-        items = arr.items
-        if final and arr.end is None:
-            done = [(start, end) for start, end in items if end is not None]
-            cut = next((start for start, end in items if end is None), None)
-            if not done or cut is None:
-                raise JsonError("the text ends inside the tool calls", len(text))
-            # Cut inside a later call: the finished calls stand, the cut one is content.
-            errors.append(f"{self.name}: the text ends inside a tool call at offset {cut}; kept as content")
-            return self._items(text, done), cut
-        return self._items(text, items), arr.end
-
-    def _items(self, text: str, items: tuple[tuple[int, int | None], ...] | list[tuple[int, int | None]]
-               ) -> list[ToolCallPart]:
-        calls = []
-        for start, item_end in items:
-            if text[start] != "{":
-                raise JsonError("each tool call must be an object", start)
-            obj = scan_call_object(text, start)
-            if obj.end is not None and obj.name is None:
-                raise JsonError('a tool call has no "name"', start)
-            if item_end is None:
-                calls.append(ToolCallPart(obj.name, obj.arguments, False))
-            else:
-                calls.append(ToolCallPart(obj.name, obj.arguments if obj.has_arguments else "{}", True))
-        return calls
 
     def _named(self, text: str, p: int, *, final: bool) -> tuple[list[ToolCallPart], int | None]:
         q = _NAME.match(text, p).end()  # type: ignore[union-attr]
