@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["Settings", "option", "build_parser", "settings_from_args", "is_cpu_only", "env_name"]
+__all__ = ["MAX_SCHEMA_DEPTH", "Settings", "option", "build_parser", "settings_from_args", "is_cpu_only", "env_name"]
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
@@ -30,6 +30,17 @@ def option(default: Any, help: str, *, flag: str | None = None, type: Callable[[
     """
     meta = {"help": help, "flag": flag, "type": type, "action": action, "short": short, "choices": choices}
     return dataclasses.field(default=default, metadata={"option": meta})
+
+
+# vLLM refuses JSON nested deeper (vllm.sampling_params): the one ceiling on schema depth
+MAX_SCHEMA_DEPTH = 64
+
+
+def _schema_depth(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= MAX_SCHEMA_DEPTH:
+        raise argparse.ArgumentTypeError(f"must be 1 to {MAX_SCHEMA_DEPTH} (vLLM's own limit), not {number}")
+    return number
 
 
 def _at_least_one(value: str) -> int:
@@ -69,7 +80,8 @@ class Settings:
     tool_constraints: bool = option(True, "do not enforce tool calls by grammar under tool_choice=auto",
                                     flag="--no-tool-constraints", action="store_false")
     max_model_len: int | None = option(None, "context length (default: the model's; 4096 on CPU)", type=int)
-    dtype: str = option("auto", "weights dtype (auto: bfloat16 on CPU)")
+    dtype: str = option("auto", "weights dtype (auto: float32 on CPU, the model's own on GPU; "
+                                      "bfloat16 is faster on CPU but not exact: README, CPU dtype)")
     tensor_parallel_size: int = option(1, "GPUs per replica (vLLM tensor parallelism)", type=int, short="-tp")
     pipeline_parallel_size: int = option(1, "pipeline stages (vLLM pipeline parallelism)", type=int, short="-pp")
     distributed_executor_backend: str | None = option(None, "vLLM's executor backend",
@@ -89,7 +101,8 @@ class Settings:
     max_header_bytes: int = option(32 * 1024, "larger request headers get 431", type=int)
     max_tools: int = option(128, "most tools in one request (and schemas in one check)", type=int)
     max_schema_bytes: int = option(256 * 1024, "largest schema, regex, grammar or choice list (bytes)", type=int)
-    max_schema_depth: int = option(64, "deepest schema nesting", type=int)
+    max_schema_depth: int = option(MAX_SCHEMA_DEPTH, f"deepest schema nesting (at most {MAX_SCHEMA_DEPTH}, vLLM's "
+                                                     "own limit)", type=_schema_depth)
     max_schema_min_length: int = option(
         1024, "largest minLength / minItems a schema may ask for: above it the grammar matcher's memory grows "
               "with every generated token (a long minLength string reached GBs in 4k tokens), so it is refused", type=int)

@@ -24,7 +24,7 @@ class ServerState:
     in_flight: int = 0  # generation requests being served (the drain waits for 0)
     running: set[str] = field(default_factory=set)  # engine request ids now generating
     cut: bool = False  # the drain limit passed: running requests were aborted and reported so
-    # checked constraints by their request inputs (server.structured.from_request.new_constraint_memo)
+    # built constraints by their ConstraintSpec (server.structured.from_request.new_constraint_memo)
     constraint_memo: Any = None
 
     def enter(self) -> None:

@@ -14,7 +14,8 @@ from server.protocol import CompletionRequest, usage_dict
 from server.chat.sse import DONE, chunk, sse_event
 from server.chat.stream_guard import abort_shielded, guarded_stream
 from server.state import ServerState, check_model
-from server.structured.from_request import build_constraint
+from server.structured.from_request import capabilities, request_constraint
+from server.structured.spec import constraint_spec
 
 __all__ = ["prepare_completion", "completion_response", "completion_stream"]
 
@@ -38,7 +39,7 @@ def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[str, list
 
 def prepare_completion(state: ServerState, req: CompletionRequest) -> list[tuple[str, GenerateRequest]]:
     check_model(state, req.model)
-    constraint, _schema, _strict = build_constraint(state, req, None)
+    constraint = request_constraint(state, constraint_spec(req, capabilities(state))).constraint
     out = []
     for text, ids in _prompts(state, req):
         max_tokens = completion_budget(state.engine.max_model_len, len(ids), req.max_tokens,

@@ -28,7 +28,8 @@ from server.structured.constraints import Constraint
 from server.engine.base import GenerateRequest, TokenChunk
 from server.errors import bad_request
 from server.state import ServerState
-from server.structured.from_request import reasoning_spec
+from server.protocol import ChatCompletionRequest
+from server.structured.from_request import capabilities
 
 __all__ = ["ReasoningBudget", "plan_reasoning_budget", "budgeted_chunks"]
 
@@ -59,7 +60,7 @@ def think_block_constraint(start: str, end: str) -> Constraint:
     return Constraint("structural_tag", {"type": "structural_tag", "format": fmt})
 
 
-def plan_reasoning_budget(state: ServerState, req: Any) -> ReasoningBudget | None:
+def plan_reasoning_budget(state: ServerState, req: ChatCompletionRequest) -> ReasoningBudget | None:
     """None when nothing is capped (no cap asked, or thinking off); 400 when a cap cannot apply."""
     cap = requested_cap(state, req)
     if cap is None:
@@ -70,7 +71,7 @@ def plan_reasoning_budget(state: ServerState, req: Any) -> ReasoningBudget | Non
         raise bad_request("'max_reasoning_tokens' needs a reasoning model: start the server with "
                           "--reasoning-parser NAME, or drop the field.", param="max_reasoning_tokens",
                           code="invalid_value")
-    spec = reasoning_spec(state, req)
+    spec = capabilities(state).reasoning if req.thinking_enabled() else None
     if spec is None:  # thinking turned off for this request: nothing to cap
         return None
     if not (spec.starts_open or spec.required):

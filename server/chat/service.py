@@ -22,9 +22,12 @@ from server.chat.reasoning_budget import ReasoningBudget, budgeted_chunks, plan_
 from server.chat.sse import DONE, ContentFrames, chunk, sse_event
 from server.state import ServerState, check_model
 from server.chat.stream_guard import abort_shielded, guarded_stream
-from server.structured.from_request import build_constraint
+from server.structured.from_request import capabilities, request_constraint
+from server.structured.spec import constraint_spec, prompt_tools
 from server.chat.custom_tools import InputStream, custom_input
 from tool_parsers.message_stream import MessageDelta, MessageStream
+from tool_parsers.openai_message import (assistant_message, call_delta, finish_reason, function_call, opening,
+                                         text_delta)
 from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_chat_prompt
 
 __all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED",
@@ -51,12 +54,6 @@ class PreparedChat:
     reasoning_budget: ReasoningBudget | None = None  # max_reasoning_tokens: two engine phases
 
 
-def _tools_for_prompt(req: ChatCompletionRequest) -> list[dict[str, Any]] | None:
-    if not req.tools or req.tool_choice == "none":
-        return None
-    return [t.prompt_dict() for t in req.tools]
-
-
 def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
     """Validate what pydantic cannot, render the prompt and build the constraint."""
     check_model(state, req.model)
@@ -66,7 +63,7 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
                           param="tools", code="too_many_tools")
     if req.tool_choice not in (None, "none") and not req.tools:
         raise bad_request("'tool_choice' is set but no 'tools' were given.", param="tool_choice", code="invalid_value")
-    tools = _tools_for_prompt(req)
+    tools = prompt_tools(req)
     if tools and state.tool_parser is None:
         raise bad_request("This server has no tool-call parser for its chat template; start it with "
                           "--tool-call-parser NAME to use 'tools'.", param="tools", code="tools_unsupported")
@@ -85,8 +82,8 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     reasoning_budget = plan_reasoning_budget(state, req)
     # Capped thinking runs the think block as its own engine phase: the request's constraint
     # is then the answer alone, without the reasoning prefix.
-    constraint_req = req.model_copy(update={"reasoning_effort": "none"}) if reasoning_budget else req
-    constraint, json_schema, strict = build_constraint(state, constraint_req, tools)
+    spec = constraint_spec(req, capabilities(state), think=reasoning_budget is None)
+    built = request_constraint(state, spec)
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     sampling = Sampling(
         max_tokens=max_tokens,
@@ -103,15 +100,15 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
         logit_bias=logit_bias(req, state.engine.vocab_size),
     )
     rid = "chatcmpl-" + uuid.uuid4().hex
-    tool_schemas = {t["function"]["name"]: t["function"].get("parameters") or {} for t in (tools or [])}
-    if hasattr(req.tool_choice, "names"):  # allowed_tools: calls to the others are not returned
-        tool_schemas = {n: s for n, s in tool_schemas.items() if n in req.tool_choice.names()}
+    # allowed_tools: calls to the others are not returned
+    callable_names = spec.tools.names if spec.tools else ()
+    tool_schemas = {n: p or {} for n, p in spec.tools.tools if n in callable_names} if spec.tools else {}
     return PreparedChat(
         request=req, id=rid, created=int(time.time()), prompt_ids=prompt_ids,
         gen=checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,
-                                                  constraint=constraint)),
+                                                  constraint=built.constraint)),
         tool_names=tuple(tool_schemas) if tools else None, tool_schemas=tool_schemas,
-        json_schema=json_schema, strict=strict, reasoning_budget=reasoning_budget,
+        json_schema=built.schema, strict=built.strict, reasoning_budget=reasoning_budget,
     )
 
 
@@ -139,16 +136,9 @@ def _new_stream(state: ServerState, p: PreparedChat, *, streaming: bool) -> Mess
     )
 
 
-def _reasoning_fields(state: ServerState, text: str | None) -> dict[str, Any]:
-    mode = state.settings.reasoning_field
-    if state.reasoning_parser is None:
-        return {}
-    out: dict[str, Any] = {}
-    if mode in ("reasoning_content", "both"):
-        out["reasoning_content"] = text
-    if mode in ("reasoning", "both"):
-        out["reasoning"] = text
-    return out
+def _reasoning_field(state: ServerState) -> str | None:
+    """Where reasoning goes in messages and deltas (None: no reasoning parser, no field)."""
+    return None if state.reasoning_parser is None else state.settings.reasoning_field
 
 
 def _logprobs_json(chunks: list[Any]) -> dict[str, Any]:
@@ -176,11 +166,7 @@ class _Choice:
         self.logprobs: list[Any] = []
 
     def finish_reason(self, final: Any) -> str:
-        if self.finish == "length":
-            return "length"
-        if not final.tool_calls:
-            return "stop"
-        return "function_call" if self.legacy else "tool_calls"
+        return finish_reason(final, length=self.finish == "length", legacy=self.legacy)
 
 
 def _check_choice(p: PreparedChat, choice: _Choice, checker: ToolCallChecker) -> tuple[Any, str | None]:
@@ -197,22 +183,13 @@ def _check_choice(p: PreparedChat, choice: _Choice, checker: ToolCallChecker) ->
 def _call(c: Any, custom: frozenset[str]) -> dict[str, Any]:
     if c.name in custom:
         return {"id": c.id, "type": "custom", "custom": {"name": c.name, "input": custom_input(c.arguments)}}
-    return {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+    return function_call(c)
 
 
 def _message(state: ServerState, final: Any, *, legacy: bool = False,
              custom: frozenset[str] = frozenset()) -> dict[str, Any]:
     calls = [_call(c, custom) for c in final.tool_calls]
-    # OpenAI: content is null beside tool calls unless text came before them; "" for an empty answer.
-    msg: dict[str, Any] = {"role": "assistant", "content": final.content or (None if calls else "")}
-    msg.update(_reasoning_fields(state, final.reasoning))
-    if legacy:  # the legacy functions API: one call, as message.function_call
-        if calls:
-            msg["function_call"] = calls[0]["function"]
-    else:
-        msg["tool_calls"] = calls or None
-    msg["refusal"] = None
-    return msg
+    return assistant_message(final, reasoning_field=_reasoning_field(state), calls=calls, legacy=legacy)
 
 
 async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncIterator[TokenChunk]:
@@ -332,11 +309,7 @@ def _delta_bodies(delta: Any, state: ServerState, choice: _Choice) -> list[dict[
     if delta is None:
         return []
     bodies: list[dict[str, Any]] = []
-    text: dict[str, Any] = {}
-    if delta.reasoning:
-        text.update(_reasoning_fields(state, delta.reasoning))
-    if delta.content:
-        text["content"] = delta.content
+    text = text_delta(delta, reasoning_field=_reasoning_field(state))
     if text:
         bodies.append(text)
     for tc in delta.tool_calls:
@@ -353,11 +326,8 @@ def _delta_bodies(delta: Any, state: ServerState, choice: _Choice) -> list[dict[
             if not piece:
                 continue
             call = {"index": tc.index, "custom": {"input": piece}}
-        elif tc.name is not None:
-            call = {"index": tc.index, "id": tc.id, "type": "function",
-                    "function": {"name": tc.name, "arguments": tc.arguments}}
         else:
-            call = {"index": tc.index, "function": {"arguments": tc.arguments}}
+            call = call_delta(tc)
         bodies.append({"tool_calls": [call]})
     return bodies
 
@@ -424,15 +394,12 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
 
     opened: set[int] = set()
 
-    def opening(index: int, body: dict[str, Any] | None) -> list[dict[str, Any]]:
-        """As OpenAI: a choice opens with its role when its first delta is known; content is
-        null when the answer starts with a tool call, "" otherwise."""
+    def opened_with(index: int, body: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """A choice opens with its role when its first delta is known (``opening``)."""
         if index in opened:
             return [body] if body is not None else []
         opened.add(index)
-        if body is not None and ("tool_calls" in body or "function_call" in body):
-            return [{"role": "assistant", "content": None, **body}]
-        return [{"role": "assistant", "content": ""}] + ([body] if body is not None else [])
+        return opening(body)
 
     try:
         async with contextlib.aclosing(choice_updates(state, p, choices, timer)) as updates:
@@ -452,9 +419,9 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                 bodies = [b for d in u.deltas for b in _delta_bodies(d, state, ch)]
                 if req.logprobs and u.logprobs and not bodies:
                     bodies = [{}]
-                bodies = [out for body in bodies for out in opening(ch.index, body)]
+                bodies = [out for body in bodies for out in opened_with(ch.index, body)]
                 if u.finish_reason and ch.index not in opened:
-                    bodies = opening(ch.index, None)
+                    bodies = opened_with(ch.index, None)
                 lp_at = 1 if len(bodies) > 1 and bodies[0] == {"role": "assistant", "content": ""} else 0
                 events: list[bytes] = []  # one engine chunk's events go out in one write
                 for k, body in enumerate(bodies):
@@ -475,7 +442,7 @@ async def _chat_events(state: ServerState, p: PreparedChat) -> AsyncIterator[byt
                 if events:
                     yield events[0] if len(events) == 1 else b"".join(events)
         for ch in choices:  # every choice is opened, even one the engine said nothing for
-            for body in opening(ch.index, None):
+            for body in opened_with(ch.index, None):
                 yield frame([{"index": ch.index, "delta": body, "logprobs": None, "finish_reason": None}])
         usage = usage_of(state, p, choices, timer)
         if include_usage:

@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
+from server.config import MAX_SCHEMA_DEPTH
 from server.errors import APIError
 from server.lru import BoundedLRU
 from server.structured.vllm_limits import vllm_json_refusal
@@ -48,8 +49,8 @@ __all__ = [
 
 ConstraintKind = Literal["json", "json_object", "regex", "choice", "grammar", "structural_tag"]
 
-# vLLM's limits (vllm.sampling_params): deeper documents are refused before compilation.
-MAX_JSON_NESTING = 64
+# vLLM's limit (vllm.sampling_params), the ceiling of --max-schema-depth: one constant for both.
+MAX_JSON_NESTING = MAX_SCHEMA_DEPTH
 STRUCTURAL_TAG_WRAPPER_NESTING = 16
 
 # JSON inside structural tags: at most this many whitespace characters in a row (no endless

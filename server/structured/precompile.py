@@ -3,9 +3,8 @@
 The file is a JSON list; each item is either a JSON Schema (compiled as a non-strict
 ``json_schema`` response format) or an object with ``tools`` (and optionally
 ``tool_choice``, ``parallel_tool_calls``) or ``response_format``. Each item becomes the
-request it stands for and goes through the requests' own constraint path
-(:func:`server.structured.build_constraint`), so it warms exactly the cache keys that
-requests use (reasoning parser included).
+request it stands for, then the spec such a request builds (:func:`constraint_spec`), so it
+warms exactly the memo entry and cache key that requests use (reasoning parser included).
 """
 from __future__ import annotations
 
@@ -19,19 +18,20 @@ from pydantic import ValidationError
 from server.errors import APIError
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
-from server.structured.from_request import build_constraint, schema_request
+from server.structured.from_request import capabilities, request_constraint, schema_request
+from server.structured.spec import constraint_spec
 
-__all__ = ["precompile_file", "precompile_items"]
+__all__ = ["precompile_file", "precompile_items", "item_request"]
 
 log = logging.getLogger("gramserve.precompile")
 
+_REQUEST_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 
-def _request(item: dict[str, Any]) -> ChatCompletionRequest:
+
+def item_request(item: dict[str, Any]) -> ChatCompletionRequest:
+    """The chat request a precompile item stands for."""
     if "tools" in item or "response_format" in item:
-        body = {"messages": [{"role": "user", "content": "-"}],
-                **{k: item[k] for k in ("tools", "tool_choice", "parallel_tool_calls", "response_format") if k in item}}
-        if "tools" in item:
-            body.setdefault("tool_choice", "auto")
+        body = {"messages": [{"role": "user", "content": "-"}], **{k: item[k] for k in _REQUEST_KEYS if k in item}}
         return ChatCompletionRequest.model_validate(body)
     return schema_request(item)
 
@@ -39,11 +39,10 @@ def _request(item: dict[str, Any]) -> ChatCompletionRequest:
 def precompile_items(state: ServerState, items: list[dict[str, Any]]) -> list[str]:
     """Compile every item; returns the errors (one per failing item, with its index)."""
     errors = []
+    caps = capabilities(state)
     for i, item in enumerate(items):
         try:
-            req = _request(item)
-            tools = [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools] if req.tools else None
-            build_constraint(state, req, tools)
+            request_constraint(state, constraint_spec(item_request(item), caps))
         except APIError as exc:
             errors.append(f"item {i}: {exc.message}")
         except (ValidationError, TypeError) as exc:

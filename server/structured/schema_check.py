@@ -6,13 +6,19 @@ and was it already cached.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from server.errors import APIError
-from server.structured.constraints import Constraint, constraint_from_request
-from server.structured.schema_support import analyze_schema, normalize_schema
+from server.config import Settings
+from pydantic import ValidationError
 
-__all__ = ["check_schema_report", "schema_constraint", "split_body"]
+from server.errors import APIError, validation_error
+from server.lru import BoundedLRU
+from server.protocol import ChatCompletionRequest
+from server.structured.from_request import BuiltConstraint, checked, schema_request
+from server.structured.schema_support import analyze_schema
+from server.structured.spec import Capabilities, constraint_spec
+
+__all__ = ["body_request", "check_schema_report", "offline_capabilities", "split_body"]
 
 
 def split_body(body: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -33,29 +39,49 @@ def split_body(body: Any) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def schema_constraint(schema: dict[str, Any]) -> Constraint | None:
-    """What a request with ``schema`` as its (non-strict) ``json_schema`` response format
-    compiles when the server has no reasoning parser (the offline CLI's view)."""
-    rf = {"type": "json_schema", "json_schema": {"name": "schema", "schema": normalize_schema(schema)}}
-    return constraint_from_request(response_format=rf, structured_outputs=None, tools=None, tool_choice=None,
-                                   parallel_tool_calls=True, tool_format=None)
+def body_request(body: Any) -> ChatCompletionRequest:
+    """The request a check body stands for: a schema is a non-strict ``json_schema`` response
+    format, a tools list is those tools under the default ``tool_choice`` (the tool-call
+    grammar a request with them compiles, not each schema alone)."""
+    items = split_body(body)
+    if items[0][0] == "schema":
+        return schema_request(items[0][1])
+    tools = body if isinstance(body, list) else body["tools"]
+    return ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "-"}], "tools": tools})
 
 
-def check_schema_report(body: Any, *, cache: Any,
-                        constraint_for: Callable[[dict[str, Any]], Any] = schema_constraint) -> dict[str, Any]:
+def offline_capabilities(tool_parser: str = "hermes") -> Capabilities:
+    """What a default server enforces, without a model (``gramserve check-schema``): default
+    Settings, the default model's tool-call family, no reasoning parser."""
+    from tool_parsers import get_tool_parser
+
+    return Capabilities.of(Settings(), tool_parser=get_tool_parser(tool_parser))
+
+
+def check_schema_report(body: Any, *, cache: Any, caps: Capabilities | None = None,
+                        memo: BoundedLRU[str, BuiltConstraint] | None = None) -> dict[str, Any]:
     """The report for every schema in ``body``; ``cache`` is a GrammarCache (compiles and counts).
-    ``constraint_for`` builds what a request would compile for a schema (the server passes its
-    own request path, so the report judges exactly that)."""
-    items = []
-    for label, schema in split_body(body):
-        report = analyze_schema(schema, strict_mode=True)
-        problems = report.strict_problems()
-        try:
-            result = cache.compile(constraint_for(schema))
+    The body's request is built into its spec and constraint exactly as a request builds it on
+    a server with ``caps`` (and ``memo``: the server passes its own, so a check warms the entry
+    the request then hits)."""
+    labelled = split_body(body)
+    if not labelled:  # an empty tools list: nothing to check
+        return {"ok": True, "items": []}
+    try:
+        built = checked(constraint_spec(body_request(body), caps or offline_capabilities()), memo=memo, cache=None)
+        if built.constraint is None:
+            compiled: dict[str, Any] = {"compiles": True, "error": None, "compile_seconds": None, "cached": False}
+        else:
+            result = cache.compile(built.constraint)
             compiled = {"compiles": result.ok, "error": result.error, "compile_seconds": round(result.seconds, 6),
                         "cached": result.cached}
-        except APIError as exc:  # refused before compiling (ConstraintError included)
-            compiled = {"compiles": False, "error": str(exc), "compile_seconds": None, "cached": False}
+    except (APIError, ValidationError) as exc:  # refused before compiling, as the request would be
+        error = validation_error(list(exc.errors())) if isinstance(exc, ValidationError) else exc
+        compiled = {"compiles": False, "error": error.message, "compile_seconds": None, "cached": False}
+    items = []
+    for label, schema in labelled:
+        report = analyze_schema(schema, strict_mode=True)
+        problems = report.strict_problems()
         items.append({
             "name": label,
             **compiled,

@@ -1,7 +1,9 @@
 """``gramserve check-schema FILE``: the diagnostics report offline (no server, no model).
 
-Compiles against an empty vocabulary, which checks the grammar itself; token-level
-compile time on a real tokenizer is what the server's endpoint reports.
+Builds the spec a request with the file's body builds on a default server (default Settings,
+``--tool-call-parser`` for a tools list, no reasoning parser), then compiles it against an empty
+vocabulary, which checks the grammar itself; token-level compile time on a real tokenizer is
+what the server's endpoint reports.
 """
 from __future__ import annotations
 
@@ -17,16 +19,18 @@ def check_schema_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="gramserve check-schema")
     p.add_argument("file", help="JSON file: a JSON Schema, {\"schema\": ...}, or a tools list ('-' for stdin)")
     p.add_argument("--json", action="store_true", help="print the full JSON report")
+    p.add_argument("--tool-call-parser", default="hermes",
+                   help="the tool-call family whose grammar a tools list is checked in (default: hermes)")
     ns = p.parse_args(argv)
     import xgrammar as xgr
 
     from server.structured.grammar_cache import GrammarCache
-    from server.structured.schema_check import check_schema_report
+    from server.structured.schema_check import check_schema_report, offline_capabilities
 
     text = sys.stdin.read() if ns.file == "-" else Path(ns.file).read_text()
     cache = GrammarCache(xgr.TokenizerInfo([]), disable_any_whitespace=True)
     try:
-        report = check_schema_report(json.loads(text), cache=cache)
+        report = check_schema_report(json.loads(text), cache=cache, caps=offline_capabilities(ns.tool_call_parser))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from urllib.parse import unquote
 from jsonschema import Draft202012Validator
 from referencing import Registry
 
-__all__ = ["RefProblem", "check_refs", "local_validator"]
+__all__ = ["RefProblem", "check_refs", "escape_token", "local_validator", "resolve_ref"]
 
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
@@ -31,7 +31,7 @@ class RefProblem(ValueError):
         self.pointer = pointer
 
 
-def _esc(key: str) -> str:
+def escape_token(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
@@ -44,7 +44,7 @@ def _walk(node: Any, pointer: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
         sub = node.get(key)
         if isinstance(sub, dict):
             for name, child in sub.items():
-                yield from _walk(child, f"{pointer}/{key}/{_esc(str(name))}")
+                yield from _walk(child, f"{pointer}/{key}/{escape_token(str(name))}")
     for key in _SCHEMA_LISTS:
         sub = node.get(key)
         if isinstance(sub, list):
@@ -58,18 +58,25 @@ def _walk(node: Any, pointer: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
             yield from _walk(child, f"{pointer}/items/{i}")
 
 
-def _resolve(root: Any, fragment: str) -> Any:
-    """The node a ``#/a/b`` fragment points at, or None."""
+def resolve_ref(root: Any, ref: str) -> tuple[str, Any] | None:
+    """The one JSON-pointer resolver: a local ``$ref`` (``#`` or ``#/a/b``) as (its canonical
+    RFC 6901 pointer, the node it points at), or None when it is not a local pointer or points
+    at nothing. A URI fragment is percent-decoded first (RFC 3986), then each token unescaped
+    (``~1`` -> ``/``, ``~0`` -> ``~``), as JSON Schema resolves ``$ref``."""
+    if ref == "#":
+        return "", root
+    if not ref.startswith("#/"):
+        return None
     node = root
-    for part in fragment.lstrip("/").split("/") if fragment.strip("/") else []:
-        part = unquote(part).replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+    tokens = [unquote(raw).replace("~1", "/").replace("~0", "~") for raw in ref[2:].split("/")]
+    for tok in tokens:
+        if isinstance(node, dict) and tok in node:
+            node = node[tok]
+        elif isinstance(node, list) and tok.isdigit() and int(tok) < len(node):
+            node = node[int(tok)]
         else:
             return None
-    return node
+    return "/" + "/".join(escape_token(t) for t in tokens), node
 
 
 def check_refs(schema: Any) -> None:
@@ -102,9 +109,9 @@ def _check_cycles(root: Any, nodes: list[tuple[str, dict[str, Any]]]) -> None:
         out = []
         ref = node.get("$ref")
         if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
-            target = _resolve(root, ref[1:])
-            if isinstance(target, dict):
-                out.append(target)
+            found = resolve_ref(root, ref)
+            if found is not None and isinstance(found[1], dict):
+                out.append(found[1])
         all_of = node.get("allOf")
         if isinstance(all_of, list):
             out += [child for child in all_of if isinstance(child, dict)]

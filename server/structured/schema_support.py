@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from server.structured.schema_refs import local_validator
+from server.structured.schema_refs import escape_token, local_validator, resolve_ref
 
 __all__ = [
     "EXACT",
@@ -186,30 +186,7 @@ class SchemaReport:
         return [e.message() for e in self.entries if e.level in (LOOSE, REJECTED)]
 
 
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
-
-
-def _resolve_local(root: Any, ref: str) -> tuple[str, Any] | None:
-    """``#`` / ``#/a/b`` against the root document; None when not a local JSON pointer."""
-    if ref == "#":
-        return "", root
-    if not ref.startswith("#/"):
-        return None
-    node = root
-    for raw in ref[2:].split("/"):
-        tok = _unescape(raw)
-        if isinstance(node, dict) and tok in node:
-            node = node[tok]
-        elif isinstance(node, list) and tok.isdigit() and int(tok) < len(node):
-            node = node[int(tok)]
-        else:
-            return None
-    return "/" + "/".join(_escape(_unescape(t)) for t in ref[2:].split("/")), node
+_resolve_local = resolve_ref  # one resolver (RFC 6901 + percent-decoding) for every schema walker
 
 
 def _types(schema: dict[str, Any]) -> set[str] | None:
@@ -403,7 +380,7 @@ def _children(schema: dict[str, Any], pointer: str) -> Iterator[tuple[str, Any]]
     for k in _SUBSCHEMA_MAP:
         if isinstance(schema.get(k), dict):
             for name, sub in schema[k].items():
-                yield f"{pointer}/{k}/{_escape(name)}", sub
+                yield f"{pointer}/{k}/{escape_token(name)}", sub
     for k in (*_SUBSCHEMA_LIST, "items"):
         if isinstance(schema.get(k), list):
             for i, sub in enumerate(schema[k]):

@@ -414,9 +414,9 @@ def test_same_tools_again_reuse_the_checked_constraint(make_app, monkeypatch):
 
     checks: list[str] = []
     real = from_request.schema_limits
-    def counted(state, schema, *, param):
+    def counted(limits, schema, *, param):
         checks.append(param)
-        return real(state, schema, param=param)
+        return real(limits, schema, param=param)
 
     monkeypatch.setattr(from_request, "schema_limits", counted)
     b = make_app(script=_script(WEATHER_SCRIPT))

@@ -52,11 +52,11 @@ PRESCREENED = {"type": "object", "properties": {"n": {"type": "integer", "multip
 def _request_hits(built, body) -> bool:
     """Whether a request with ``body`` finds its constraint already compiled."""
     from server.protocol import ChatCompletionRequest
-    from server.structured.from_request import request_constraint
+    from server.structured.from_request import build, capabilities
+    from server.structured.spec import constraint_spec
 
     req = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "x"}], **body})
-    tools = [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools] if req.tools else None
-    constraint = request_constraint(built.state, req, tools)[0]
+    constraint = build(constraint_spec(req, capabilities(built.state))).constraint
     return built.state.grammar_cache.compile(constraint).cached
 
 

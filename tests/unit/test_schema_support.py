@@ -169,3 +169,22 @@ def test_normalize_keeps_the_valid_set_and_makes_loose_uses_exact() -> None:
     assert not m.accepts('{"n": 1}')  # 'extra' is required, now enforced
     assert not m.accepts('{"n": 1, "s": "bb", "extra": 0}')
     assert not m.accepts('{"n": 1, "o": {"x": 1, "y": 2}, "extra": 0}')
+
+
+def test_one_pointer_resolver_percent_decodes_and_unescapes():
+    """RFC 6901 tokens inside a URI fragment: percent-decoded first, then ~1 / ~0; the
+    keyword map and the $ref checks resolve through the same function."""
+    from server.structured.schema_refs import check_refs, resolve_ref
+
+    schema = {"$defs": {"a b": {"type": "string"}, "x/y": {"type": "integer"}, "t~": {"type": "null"}}}
+    assert resolve_ref(schema, "#/$defs/a%20b") == ("/$defs/a b", {"type": "string"})
+    assert resolve_ref(schema, "#/$defs/x~1y") == ("/$defs/x~1y", {"type": "integer"})
+    assert resolve_ref(schema, "#/$defs/t~0") == ("/$defs/t~0", {"type": "null"})
+    assert resolve_ref(schema, "#") == ("", schema)
+    assert resolve_ref(schema, "#/$defs/missing") is None and resolve_ref(schema, "other.json#/a") is None
+    looped = {"$defs": {"a b": {"$ref": "#/$defs/a%20b"}}, "$ref": "#/$defs/a%20b"}
+    with pytest.raises(Exception, match="loop"):
+        check_refs(looped)
+    report = analyze_schema({"$defs": {"a b": {"type": "string", "pattern": "^a"}},
+                             "type": "object", "properties": {"p": {"$ref": "#/$defs/a%20b"}}}, strict_mode=True)
+    assert not [e for e in report.entries if e.keyword == "$ref" and e.level == "REJECTED"]

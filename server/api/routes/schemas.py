@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from server.errors import bad_request
 from server.structured.schema_check import check_schema_report, split_body
-from server.structured.from_request import request_constraint, schema_limits, schema_request
+from server.structured.from_request import capabilities, schema_limits, state_memo
 from server.api.routes._body import json_body_docs, read_json
 
 __all__ = ["router"]
@@ -43,17 +41,12 @@ async def check_schema(request: Request) -> JSONResponse:
     if len(items) > state.settings.max_tools:
         raise bad_request(f"Too many schemas: {len(items)} (this server accepts at most {state.settings.max_tools}).",
                           param="tools", code="too_many_tools")
+    caps = capabilities(state)
     for label, schema in items:  # the same caps as a request's schemas
-        schema_limits(state, schema, param=label)
-
-    def constraint_for(schema: dict[str, Any]) -> Any:
-        """What a request with this schema compiles on this server (reasoning parser included);
-        an APIError is reported in the item, like a compile failure."""
-        return request_constraint(state, schema_request(schema), None)[0]
-
-    try:
-        report = await asyncio.to_thread(check_schema_report, body, cache=state.grammar_cache,
-                                         constraint_for=constraint_for)
+        schema_limits(caps.limits, schema, param=label)
+    try:  # the spec a request with this body builds, through the same memo and cache
+        report = await asyncio.to_thread(check_schema_report, body, cache=state.grammar_cache, caps=caps,
+                                         memo=state_memo(state))
     except ValueError as exc:
         raise bad_request(str(exc), code="invalid_value") from exc
     return JSONResponse(report)
