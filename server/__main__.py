@@ -1,4 +1,4 @@
-"""Command line: ``gramserve serve | prepare-model | check-schema``."""
+"""Command line: ``gramserve serve | prepare-model | check-schema | parse``."""
 from __future__ import annotations
 
 import sys
@@ -11,6 +11,8 @@ commands:
   serve           serve a model with an OpenAI-compatible API (see: gramserve serve --help)
   prepare-model   convert the embedded SmolLM2 GGUF into a cached Hugging Face folder
   check-schema    report how a JSON Schema (or tools list) would be enforced: gramserve check-schema FILE
+  parse           replay a model's raw output offline: the message or deltas the server makes of it
+                  (see: gramserve parse --help)
 """
 
 
@@ -34,6 +36,10 @@ def main(argv: list[str] | None = None) -> int:
         from server.structured.schema_cli import check_schema_main
 
         return check_schema_main(rest)
+    if cmd == "parse":  # no engine, no model: only the parsers are imported
+        from tool_parsers.replay_cli import main as parse_main
+
+        return parse_main(rest)
     print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

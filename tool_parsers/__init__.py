@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 _FAMILIES: dict[str, ModelFamily] = {}
-_SHARED = ("base", "message_stream")  # modules every family uses, not families
+_SHARED = ("base", "message_stream", "openai_message", "replay", "replay_cli")  # not families
 
 
 def register_family(family: ModelFamily) -> ModelFamily:

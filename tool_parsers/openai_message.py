@@ -1,0 +1,99 @@
+"""The OpenAI JSON of a parsed answer: the assistant message, and the ``delta`` bodies a
+stream sends. The chat service and ``gramserve parse`` both build their JSON here, so an
+answer replayed offline is the answer the server gives, key for key.
+
+Function tool calls only: the server wraps these for the legacy ``functions`` API and for
+custom tools (``server/chat/service.py``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .message_stream import FinalMessage, FinalToolCall, MessageDelta, ToolCallDelta
+
+__all__ = ["REASONING_FIELDS", "reasoning_fields", "function_call", "assistant_message", "text_delta",
+           "call_delta", "delta_bodies", "opening", "finish_reason"]
+
+REASONING_FIELDS = ("reasoning_content", "reasoning", "both")  # --reasoning-field
+
+
+def reasoning_fields(text: str | None, *, field: str | None) -> dict[str, Any]:
+    """Reasoning under the field(s) ``--reasoning-field`` names; none at all (``field`` None)
+    when the server runs no reasoning parser."""
+    if field is None:
+        return {}
+    out: dict[str, Any] = {}
+    if field in ("reasoning_content", "both"):
+        out["reasoning_content"] = text
+    if field in ("reasoning", "both"):
+        out["reasoning"] = text
+    return out
+
+
+def function_call(call: FinalToolCall) -> dict[str, Any]:
+    """One ``message.tool_calls[]`` entry."""
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def assistant_message(final: FinalMessage, *, reasoning_field: str | None, calls: list[dict[str, Any]] | None = None,
+                      legacy: bool = False) -> dict[str, Any]:
+    """``choices[i].message``. ``calls``: the calls' JSON when the caller shapes them (custom
+    tools); ``legacy``: the ``functions`` API (one call, as ``function_call``)."""
+    if calls is None:
+        calls = [function_call(c) for c in final.tool_calls]
+    # OpenAI: content is null beside tool calls unless text came before them; "" for an empty answer.
+    msg: dict[str, Any] = {"role": "assistant", "content": final.content or (None if calls else "")}
+    msg.update(reasoning_fields(final.reasoning, field=reasoning_field))
+    if legacy:
+        if calls:
+            msg["function_call"] = calls[0]["function"]
+    else:
+        msg["tool_calls"] = calls or None
+    msg["refusal"] = None
+    return msg
+
+
+def text_delta(delta: MessageDelta, *, reasoning_field: str | None) -> dict[str, Any]:
+    """The reasoning and content a delta adds, as one body ({} when it adds none)."""
+    body: dict[str, Any] = {}
+    if delta.reasoning:
+        body.update(reasoning_fields(delta.reasoning, field=reasoning_field))
+    if delta.content:
+        body["content"] = delta.content
+    return body
+
+
+def call_delta(tc: ToolCallDelta) -> dict[str, Any]:
+    """One ``delta.tool_calls[]`` entry: a call's header (id, type, name, ``arguments: ""``),
+    or a fragment of its arguments."""
+    if tc.name is not None:
+        return {"index": tc.index, "id": tc.id, "type": "function",
+                "function": {"name": tc.name, "arguments": tc.arguments}}
+    return {"index": tc.index, "function": {"arguments": tc.arguments}}
+
+
+def delta_bodies(delta: MessageDelta | None, *, reasoning_field: str | None) -> list[dict[str, Any]]:
+    """The bodies one delta is sent as: its text first, then one per tool-call entry (a header
+    alone, as OpenAI streams it)."""
+    if delta is None:
+        return []
+    text = text_delta(delta, reasoning_field=reasoning_field)
+    return ([text] if text else []) + [{"tool_calls": [call_delta(tc)]} for tc in delta.tool_calls]
+
+
+def opening(body: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A choice's first bodies: OpenAI opens with the role, content null when the answer starts
+    with a tool call (merged into that body), "" otherwise."""
+    if body is not None and ("tool_calls" in body or "function_call" in body):
+        return [{"role": "assistant", "content": None, **body}]
+    return [{"role": "assistant", "content": ""}] + ([body] if body is not None else [])
+
+
+def finish_reason(final: FinalMessage, *, length: bool = False, legacy: bool = False) -> str:
+    """``length`` when the token budget cut the answer (calls completed before it still
+    return), else ``tool_calls`` (``function_call`` for the legacy API) with calls, ``stop`` without."""
+    if length:
+        return "length"
+    if not final.tool_calls:
+        return "stop"
+    return "function_call" if legacy else "tool_calls"

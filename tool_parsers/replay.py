@@ -1,0 +1,139 @@
+"""Replay a model's raw output offline: what gramserve makes of it, without an engine.
+
+:func:`parse_output` gives the assistant message a non-streamed ``/v1/chat/completions``
+returns for that text; :func:`stream_output` the ``delta`` objects a streamed one sends,
+chunk by chunk. Both run the server's own code: the family's parser, the reasoning parser,
+:class:`~tool_parsers.message_stream.MessageStream` built as ``server/chat/service.py``
+builds it (calls to names outside ``tools`` dropped, a repeated call ends the turn), and
+the OpenAI JSON of :mod:`tool_parsers.openai_message`. ``gramserve parse`` is the command
+over them (``tool_parsers/replay_cli.py``).
+
+One difference by design: the server parses calls only when the request has ``tools``;
+a replay without ``tools`` parses them anyway and keeps every name.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import get_family
+from .message_stream import FinalMessage, MessageStream, new_tool_call_id
+from .openai_message import assistant_message, delta_bodies, finish_reason, opening
+
+__all__ = ["Replay", "parse_output", "stream_output", "tool_names", "DEFAULT_CHUNK"]
+
+DEFAULT_CHUNK = 4  # characters per streamed chunk when none is given (about one token of English)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What the server makes of one output.
+
+    ``message``: ``choices[0].message`` (for a stream, what its deltas add up to);
+    ``deltas``: each chunk's ``delta`` in order, the last one the ``{}`` that carries
+    ``finish_reason`` (empty when not streamed); ``notes``: what the server would log about
+    the calls (malformed calls kept as content, unknown names dropped, a repeat that ended
+    the turn)."""
+
+    message: dict[str, Any]
+    finish_reason: str
+    deltas: tuple[dict[str, Any], ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        """The replay as one JSON object (``gramserve parse --jsonl`` writes one per line)."""
+        out: dict[str, Any] = {"deltas": list(self.deltas)} if self.deltas else {"message": self.message}
+        return {**out, "finish_reason": self.finish_reason, "notes": list(self.notes)}
+
+
+def tool_names(tools: Sequence[dict[str, Any]] | None) -> tuple[str, ...] | None:
+    """The function names of a request's ``tools`` (chat's nested or Responses' flat shape);
+    None without tools. ValueError for a tool that is not a named function."""
+    if tools is None:
+        return None
+    if not isinstance(tools, (list, tuple)):
+        raise ValueError("'tools' must be a list of tools")
+    names = []
+    for i, tool in enumerate(tools):
+        fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict) \
+                or not isinstance(fn.get("name"), str):
+            raise ValueError(f"tools[{i}] is not a function tool with a name (custom tools are not replayed)")
+        names.append(fn["name"])
+    return tuple(names)
+
+
+def _stream(tool_call_parser: str | None, reasoning_parser: str | None, tools: Sequence[dict[str, Any]] | None, *,
+            thinking: bool, streaming: bool, allow_duplicate_tool_calls: bool,
+            id_factory: Callable[[], str]) -> MessageStream:
+    """The MessageStream ``server/chat/service.py::_new_stream`` builds for such a request."""
+    from reasoning_parsers import get_reasoning_parser
+
+    return MessageStream(
+        tool_parser=get_family(tool_call_parser).parser if tool_call_parser else None,
+        reasoning_parser=get_reasoning_parser(reasoning_parser, thinking=thinking) if reasoning_parser else None,
+        tool_names=tool_names(tools),
+        id_factory=id_factory,
+        streaming=streaming,
+        guard_repeats=not allow_duplicate_tool_calls,
+    )
+
+
+def _notes(final: FinalMessage) -> tuple[str, ...]:
+    return tuple(final.errors) + tuple(final.dropped) + tuple(final.repeated)
+
+
+def parse_output(model_output: str | Iterable[str], *, tool_call_parser: str | None, reasoning_parser: str | None = None,
+                 tools: Sequence[dict[str, Any]] | None = None, thinking: bool = True,
+                 reasoning_field: str = "reasoning_content", allow_duplicate_tool_calls: bool = False,
+                 id_factory: Callable[[], str] = new_tool_call_id) -> Replay:
+    """The message a non-streamed request gets for ``model_output`` (the text, or the engine's
+    pieces of it: after a repeated call the server ignores the pieces that follow). Names are the server's
+    (``--tool-call-parser``, ``--reasoning-parser``; None: no such parser); ``thinking=False``
+    as a request with ``enable_thinking: false``; ValueError for an unknown name."""
+    stream = _stream(tool_call_parser, reasoning_parser, tools, thinking=thinking, streaming=False,
+                     allow_duplicate_tool_calls=allow_duplicate_tool_calls, id_factory=id_factory)
+    for piece in [model_output] if isinstance(model_output, str) else model_output:
+        stream.feed(piece)
+    stream.finish()
+    final = stream.final_message()
+    field_name = reasoning_field if reasoning_parser else None
+    return Replay(assistant_message(final, reasoning_field=field_name), finish_reason(final), (), _notes(final))
+
+
+def stream_output(model_output: str | Iterable[str], *, tool_call_parser: str | None,
+                  reasoning_parser: str | None = None, tools: Sequence[dict[str, Any]] | None = None,
+                  chunk: int = DEFAULT_CHUNK, thinking: bool = True, reasoning_field: str = "reasoning_content",
+                  allow_duplicate_tool_calls: bool = False,
+                  id_factory: Callable[[], str] = new_tool_call_id) -> Replay:
+    """The deltas a streamed request sends when the engine yields ``model_output`` in chunks:
+    the given pieces, or the text cut every ``chunk`` characters. Each chunk's deltas are
+    framed as the chat service frames them: the role first, one body per text delta and per
+    tool-call entry, and the closing ``{}``."""
+    if isinstance(model_output, str):
+        if chunk < 1:
+            raise ValueError(f"chunk must be at least 1 character, not {chunk}")
+        pieces = [model_output[i : i + chunk] for i in range(0, len(model_output), chunk)]
+    else:
+        pieces = list(model_output)
+    stream = _stream(tool_call_parser, reasoning_parser, tools, thinking=thinking, streaming=True,
+                     allow_duplicate_tool_calls=allow_duplicate_tool_calls, id_factory=id_factory)
+    field_name = reasoning_field if reasoning_parser else None
+    deltas: list[dict[str, Any]] = []
+    for i, piece in enumerate(pieces):
+        step = [stream.feed(piece)]
+        if stream.repeat is not None or i == len(pieces) - 1:  # the engine's last chunk, or the turn ended
+            step.append(stream.finish())
+        for body in (body for d in step for body in delta_bodies(d, reasoning_field=field_name)):
+            deltas += opening(body) if not deltas else [body]
+        if stream.repeat is not None:
+            break
+    if not pieces:
+        stream.finish()
+    if not deltas:  # every choice opens, even one the engine said nothing for
+        deltas += opening(None)
+    final = stream.final_message()
+    deltas.append({})
+    message = assistant_message(final, reasoning_field=field_name)
+    return Replay(message, finish_reason(final), tuple(deltas), _notes(final))
