@@ -51,7 +51,10 @@ def apply_platform_defaults(settings: Settings) -> dict[str, Any]:
         "enforce_eager": settings.enforce_eager if settings.enforce_eager is not None else cpu,
         "gpu_memory_utilization": settings.gpu_memory_utilization or (0.1 if cpu else 0.9),
         "max_model_len": max_model_len,
-        "dtype": settings.dtype if settings.dtype != "auto" or not cpu else "bfloat16",
+        # CPU: float32. bf16 kernels (AMX, AVX512-BF16) move logprobs by up to ~0.4 nat, enough to
+        # flip near-tied greedy tokens, so the answer depended on the CPU; float32 matches the
+        # reference exactly at ~0.6-0.7x the speed (README, "CPU dtype"; bench/dtype.py).
+        "dtype": settings.dtype if settings.dtype != "auto" or not cpu else "float32",
     }
 
 

@@ -33,6 +33,12 @@ WEATHER = {"type": "function", "function": {
 TIME = {"type": "function", "function": {
     "name": "get_time", "description": "Get the current UTC time.", "parameters": {"type": "object", "properties": {}}}}
 TOOLS = [WEATHER, TIME]
+# get_weather with arguments of bounded length (<= 40 + 10 characters of values), for tests that
+# need the call to end before max_tokens whatever the model writes.
+BOUNDED_WEATHER = {"type": "function", "function": {
+    **WEATHER["function"], "parameters": {**WEATHER["function"]["parameters"], "additionalProperties": False,
+                                          "properties": {**WEATHER["function"]["parameters"]["properties"],
+                                                         "city": {"type": "string", "maxLength": 40}}}}}
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
 TOOL_MARKERS = ("<tool_call>", "</tool_call>")
@@ -163,29 +169,63 @@ def test_call_ids_unique_across_responses(answers):
 # ---------------------------------------------------------------- streaming
 
 STREAMED = ["required", "named", "no_params", "utf8", "parallel_false"]
+# A call whose whole text the grammar fixes (one allowed value, one call): the only kind of
+# request whose streamed and non-streamed answers must be equal across two requests, whose
+# batches differ.
+SET_UNIT = {"type": "function", "function": {
+    "name": "set_unit", "description": "Set the temperature unit.",
+    "parameters": {"type": "object", "properties": {"unit": {"type": "string", "enum": ["celsius"]}},
+                   "required": ["unit"], "additionalProperties": False}}}
+FIXED_CASES = {
+    "fixed_args": {"messages": PARIS, "tools": [SET_UNIT, WEATHER], "tool_choice": named("set_unit"),
+                   "parallel_tool_calls": False},
+    "no_params": {**CASES["no_params"], "parallel_tool_calls": False},
+}
 
 
-def test_stream_agrees_with_non_stream(http, model):
-    """Same request at temperature 0: same call names and arguments; the stream obeys the delta rules."""
-    def both(case: str) -> tuple[dict, Any]:
-        body = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS, **CASES[case]}
-        plain = http.post("/v1/chat/completions", json=body)
-        raw = http.post("/v1/chat/completions", json={**body, "stream": True})
-        assert plain.status_code == 200 and raw.status_code == 200, (plain.text, raw.text)
-        return plain.json(), validate_sse(raw.text, n=1)
+def _streamed_calls(rec: Any) -> list[tuple[str, str, str]]:
+    """(id, name, arguments text) per streamed call, in index order (indices 0..n-1)."""
+    streamed = rec.tool_calls.get(0, {})
+    assert sorted(streamed) == list(range(len(streamed)))
+    return [(streamed[k]["id"], streamed[k]["name"], streamed[k]["arguments"]) for k in sorted(streamed)]
+
+
+def test_stream_obeys_the_call_rules(http, model):
+    """Each streamed answer on its own: calls that fit their schema, ids, finish reason, no text."""
+    def stream(case: str) -> Any:
+        body = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS, "stream": True, **CASES[case]}
+        raw = http.post("/v1/chat/completions", json=body)
+        assert raw.status_code == 200, raw.text
+        return validate_sse(raw.text, n=1)
 
     with ThreadPoolExecutor(8) as pool:
-        results = dict(zip(STREAMED, pool.map(both, STREAMED)))
-    for case, (plain, rec) in results.items():
-        choice = plain["choices"][0]
-        want = [(tc["function"]["name"], json.loads(tc["function"]["arguments"])) for tc in choice["message"]["tool_calls"]]
-        streamed = rec.tool_calls[0]
-        got = [(streamed[k]["name"], json.loads(streamed[k]["arguments"])) for k in sorted(streamed)]
-        assert sorted(streamed) == list(range(len(streamed))), case
-        assert got == want, case
-        assert all(c["id"].startswith("call_") for c in streamed.values())
-        assert rec.finish_reason[0] == choice["finish_reason"] == "tool_calls", case
+        results = dict(zip(STREAMED, pool.map(stream, STREAMED)))
+    for case, rec in results.items():
+        calls = _streamed_calls(rec)
+        assert calls, case
+        allowed = {"named": {"get_weather"}, "utf8": {"get_weather"}, "no_params": {"get_time"}}.get(case, set(SCHEMAS))
+        for call_id, name, arguments in calls:
+            assert call_id.startswith("call_") and name in allowed, (case, name)
+            Draft202012Validator(SCHEMAS[name]).validate(json.loads(arguments))
+        assert len({c[0] for c in calls}) == len(calls), case
+        if case == "parallel_false":
+            assert len(calls) == 1
+        assert rec.finish_reason[0] == "tool_calls", case
         assert not rec.content.get(0), case  # nothing but calls under required / named
+
+
+@pytest.mark.parametrize("case", sorted(FIXED_CASES))
+def test_stream_equals_non_stream_where_the_grammar_fixes_the_call(http, model, case):
+    body = {"model": model, "temperature": 0, "max_tokens": MAX_TOKENS, **FIXED_CASES[case]}
+    plain = http.post("/v1/chat/completions", json=body)
+    raw = http.post("/v1/chat/completions", json={**body, "stream": True})
+    assert plain.status_code == 200 and raw.status_code == 200, (plain.text, raw.text)
+    choice = plain.json()["choices"][0]
+    want = [(tc["function"]["name"], tc["function"]["arguments"]) for tc in choice["message"]["tool_calls"]]
+    got = [(name, arguments) for _, name, arguments in _streamed_calls(validate_sse(raw.text, n=1))]
+    assert got == want and len(want) == 1, case
+    assert json.loads(want[0][1]) == ({"unit": "celsius"} if case == "fixed_args" else {})
+    assert choice["finish_reason"] == "tool_calls"
 
 
 def test_sdk_stream_accumulates_tool_calls(client, model):
@@ -356,22 +396,23 @@ def test_forced_call_with_response_format_is_served(client, model):
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"],
         "additionalProperties": False}}}
     for choice in ("required", named("get_weather")):
-        r = client.chat.completions.create(model=model, messages=PARIS, tools=TOOLS, tool_choice=choice,
-                                           response_format=rf, temperature=0, max_tokens=MAX_TOKENS)
+        # bounded arguments and one call: the grammar ends the turn well inside max_tokens
+        r = client.chat.completions.create(model=model, messages=PARIS, tools=[BOUNDED_WEATHER], tool_choice=choice,
+                                           response_format=rf, parallel_tool_calls=False, temperature=0,
+                                           max_tokens=MAX_TOKENS)
         ch = r.choices[0]
-        if ch.finish_reason != "length":
-            assert ch.finish_reason == "tool_calls" and ch.message.tool_calls, ch
-            for tc in ch.message.tool_calls:
-                Draft202012Validator(SCHEMAS[tc.function.name]).validate(json.loads(tc.function.arguments))
+        assert ch.finish_reason == "tool_calls" and len(ch.message.tool_calls) == 1, ch
+        for tc in ch.message.tool_calls:
+            assert tc.function.name == "get_weather"
+            Draft202012Validator(BOUNDED_WEATHER["function"]["parameters"]).validate(json.loads(tc.function.arguments))
 
 
 def test_legacy_functions_api(client, model):
     """The deprecated functions / function_call fields are served in their own shape, enforced."""
-    fn = WEATHER["function"]
+    fn = BOUNDED_WEATHER["function"]  # bounded arguments: the call ends well inside max_tokens
     r = client.chat.completions.create(model=model, messages=PARIS, functions=[fn],
                                        function_call={"name": fn["name"]}, temperature=0, max_tokens=MAX_TOKENS)
     ch = r.choices[0]
-    if ch.finish_reason != "length":
-        assert ch.finish_reason == "function_call" and ch.message.function_call.name == fn["name"]
-        Draft202012Validator(fn["parameters"]).validate(json.loads(ch.message.function_call.arguments))
-        assert not ch.message.tool_calls
+    assert ch.finish_reason == "function_call" and ch.message.function_call.name == fn["name"], ch
+    Draft202012Validator(fn["parameters"]).validate(json.loads(ch.message.function_call.arguments))
+    assert not ch.message.tool_calls
