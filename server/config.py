@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["MAX_SCHEMA_DEPTH", "Settings", "option", "build_parser", "settings_from_args", "is_cpu_only", "env_name"]
 
@@ -171,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         default = f.default
         if meta["action"] == "append":
             kwargs["action"] = "append"
-            default = list(default)
+            default = list(default)  # type: ignore[arg-type]  # an append option's default is a tuple
         elif meta["action"]:
             kwargs["action"] = meta["action"]
         else:

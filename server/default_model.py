@@ -207,7 +207,7 @@ def _write_tokenizer(meta: dict[str, Any], out_dir: Path) -> None:
     tokenizer.pre_tokenizer = _pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "gpt2")), pre_tokenizers)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    control = [tok for tok, kind in zip(tokens, types) if kind == _TOKEN_TYPE_CONTROL]
+    control = [tok for tok, kind in zip(tokens, types, strict=False) if kind == _TOKEN_TYPE_CONTROL]
     tokenizer.add_special_tokens([AddedToken(tok, special=True, normalized=False) for tok in control])
     tokenizer.save(str(out_dir / "tokenizer.json"))
 

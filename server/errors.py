@@ -10,8 +10,9 @@ rename parameters by a map (:meth:`APIError.renamed`) instead of rewriting messa
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -165,7 +166,7 @@ def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
     return "".join(parts) or None
 
 
-def validation_error(errors: list[dict[str, Any]]) -> APIError:
+def validation_error(errors: Sequence[Any]) -> APIError:
     """Turn pydantic errors into one 400 naming the first offending parameter."""
     if not errors:
         return bad_request("Invalid request.", code="invalid_value")

@@ -51,7 +51,7 @@ class ChatMessage(_Lenient):
     reasoning_content: str | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "ChatMessage":
+    def _check(self) -> ChatMessage:
         if self.role == "tool" and not self.tool_call_id:
             raise ValueError("messages with role 'tool' must have a 'tool_call_id'")
         if self.role != "assistant" and self.content is None:
@@ -114,7 +114,7 @@ class ToolDef(_Lenient):
     custom: CustomToolDef | None = None
 
     @model_validator(mode="after")
-    def _shape(self) -> "ToolDef":
+    def _shape(self) -> ToolDef:
         if self.type == "custom":
             if self.custom is None:
                 raise ValueError("a custom tool needs 'custom': {'name': ..., 'format': ...}")
@@ -148,7 +148,7 @@ class AllowedTool(_Lenient):
     name: str | None = None  # the Responses API's flat shape
 
     @model_validator(mode="after")
-    def _named(self) -> "AllowedTool":
+    def _named(self) -> AllowedTool:
         if self.function is None and not self.name:
             raise ValueError("each allowed tool needs a 'function': {'name': ...}")
         return self
@@ -189,7 +189,7 @@ class ResponseFormat(_Lenient):
     json_schema: JsonSchemaFormat | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> "ResponseFormat":
+    def _check(self) -> ResponseFormat:
         if self.type == "json_schema" and self.json_schema is None:
             raise ValueError("response_format of type 'json_schema' needs 'json_schema' (a name and a schema)")
         return self
@@ -290,7 +290,7 @@ class ChatCompletionRequest(_SamplingFields):
     @classmethod
     def _tools(cls, v: list[ToolDef] | None) -> list[ToolDef] | None:
         if v is not None:
-            names = [t.function.name for t in v]
+            names = [t.function.name for t in v if t.function is not None]  # set for every tool by _shape
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"tool names must be unique; repeated: {', '.join(dupes)}")
@@ -338,7 +338,7 @@ class ChatCompletionRequest(_SamplingFields):
         return {**data, "messages": out}
 
     @model_validator(mode="after")
-    def _legacy_functions(self) -> "ChatCompletionRequest":
+    def _legacy_functions(self) -> ChatCompletionRequest:
         if self.functions is None:
             if self.function_call is not None:
                 raise ValueError("'function_call' needs 'functions'")
@@ -366,7 +366,7 @@ class ChatCompletionRequest(_SamplingFields):
         return self.functions is not None
 
     @model_validator(mode="after")
-    def _alias_budget(self) -> "ChatCompletionRequest":
+    def _alias_budget(self) -> ChatCompletionRequest:
         if self.max_reasoning_tokens is None and self.thinking_token_budget is not None:
             self.max_reasoning_tokens = self.thinking_token_budget
         return self

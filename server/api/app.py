@@ -4,10 +4,10 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from server.errors import install_error_handlers
 from server.api.middleware import GatewayMiddleware
 from server.api.routes import chat, completions, health, metrics, models, playground, responses, schemas
 from server.api.routes._body import openapi_with_body_schemas
+from server.errors import install_error_handlers
 from server.state import ServerState
 
 __all__ = ["create_app"]

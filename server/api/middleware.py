@@ -11,11 +11,12 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from server import metrics
-from server.errors import APIError, internal_error
 from server.api.routes.playground import PAGE_PATHS
+from server.errors import APIError, internal_error
 from server.state import ServerState
 
 __all__ = ["GatewayMiddleware"]

@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
+from server.chat.generation import GenerationTimer, checked, completion_budget, logit_bias
 from server.chat.prompt_tokens import guard_for
 from server.chat.service import run_engine
-from server.engine.base import GenerateRequest, Sampling, TokenLogprob
-from server.errors import bad_request
-from server.chat.generation import GenerationTimer, checked, completion_budget, logit_bias
-from server.protocol import CompletionRequest, usage_dict
 from server.chat.sse import DONE, chunk, sse_event
 from server.chat.stream_guard import abort_shielded, guarded_stream
+from server.engine.base import GenerateRequest, Sampling, TokenLogprob
+from server.errors import bad_request
+from server.protocol import CompletionRequest, usage_dict
 from server.state import ServerState, check_model
 from server.structured.from_request import capabilities, request_constraint
 from server.structured.spec import constraint_spec
@@ -34,7 +35,7 @@ def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[str, list
             raise bad_request(f"prompt has token ids outside this model's vocabulary (0..{vocab - 1}): "
                               f"{bad[:5]}.", param="prompt", code="invalid_value")
         return [(tok.decode(ids), ids)]
-    return [(s, encode(s)) for s in p]
+    return [(s, encode(s)) for s in p if isinstance(s, str)]  # a list of strings (pydantic: never mixed)
 
 
 def prepare_completion(state: ServerState, req: CompletionRequest) -> list[tuple[str, GenerateRequest]]:

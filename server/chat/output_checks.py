@@ -14,9 +14,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from server.structured.schema_refs import local_validator
-
 from server import metrics
+from server.structured.schema_refs import local_validator
 
 __all__ = ["ToolCallChecker", "validate_json_output", "schema_validator"]
 

@@ -16,15 +16,16 @@ import re
 import secrets
 import string
 from array import array
+from collections.abc import Callable
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 from server.chat.render import ChatRenderer, RenderError
 from server.lru import BoundedLRU
 
 __all__ = ["ControlTokenGuard", "SegmentEncoder", "guard_for", "tokenize_chat_prompt", "markers_are_special"]
 
-_GUARDS: dict[int, "ControlTokenGuard"] = {}  # id(tokenizer) -> guard (which holds the tokenizer)
+_GUARDS: dict[int, ControlTokenGuard] = {}  # id(tokenizer) -> guard (which holds the tokenizer)
 _DIGITS_AS_LETTERS = str.maketrans("0123456789", "ABCDEFGHIJ")  # placeholders: ASCII letters only
 
 
@@ -92,7 +93,7 @@ class SegmentEncoder:
         self._pieces: BoundedLRU[str, array] = BoundedLRU(max_entries=32768, max_chars=16 << 20)
 
     @classmethod
-    def build(cls, private: Any) -> "SegmentEncoder | None":
+    def build(cls, private: Any) -> SegmentEncoder | None:
         """On ``private``, a fast backend (``tokenizers.Tokenizer``) that this encoder may use
         from any thread: None where its pieces are not independent."""
         try:
@@ -186,7 +187,7 @@ class ControlTokenGuard:
     def prefix_for(self, value: Any) -> str:
         """The process placeholder prefix, or a fresh one if a client string contains it."""
         prefix = self._prefix
-        while _any_string(value, lambda s: prefix in s):
+        while _any_string(value, lambda s: prefix in s):  # noqa: B023 - called before prefix changes
             prefix = _new_prefix()
         return prefix
 

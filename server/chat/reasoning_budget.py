@@ -21,14 +21,15 @@ With ``n > 1`` phase 1 runs once for all choices, then each choice's answer in t
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
-from server.structured.constraints import Constraint
 from server.engine.base import GenerateRequest, TokenChunk
 from server.errors import bad_request
-from server.state import ServerState
 from server.protocol import ChatCompletionRequest
+from server.state import ServerState
+from server.structured.constraints import Constraint
 from server.structured.from_request import capabilities
 
 __all__ = ["ReasoningBudget", "plan_reasoning_budget", "budgeted_chunks"]
@@ -89,7 +90,7 @@ def plan_reasoning_budget(state: ServerState, req: ChatCompletionRequest) -> Rea
 
 
 async def budgeted_chunks(state: ServerState, gen: GenerateRequest, budget: ReasoningBudget, *,
-                          run: Runner) -> AsyncIterator[TokenChunk]:
+                          run: Runner) -> AsyncGenerator[TokenChunk, None]:
     """The chunks of a capped request, as if one engine request had produced them.
 
     ``run(state, gen)`` is the engine call (with the service's error mapping).

@@ -13,11 +13,12 @@ import json
 import os
 import re
 import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import jinja2
 import jinja2.ext
@@ -383,7 +384,7 @@ class ChatRenderer:
         model_dir_or_tokenizer: Any,
         chat_template: str | None = None,
         default: str | None = None,
-    ) -> "ChatRenderer":
+    ) -> ChatRenderer:
         """Choose: explicit ``chat_template`` > the model's own template if it renders
         tools > built-in ``default`` > the model's own template > error."""
         own, tokens = load_model_template(model_dir_or_tokenizer)

@@ -10,25 +10,25 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
-from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
-from server.errors import APIError, bad_request
+from server.chat.custom_tools import InputStream, custom_input
 from server.chat.generation import GenerationTimer, checked, completion_budget, logit_bias
 from server.chat.output_checks import ToolCallChecker, validate_json_output
-from server.protocol import ChatCompletionRequest, usage_dict
+from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_chat_prompt
 from server.chat.reasoning_budget import ReasoningBudget, budgeted_chunks, plan_reasoning_budget
 from server.chat.sse import DONE, ContentFrames, chunk, sse_event
-from server.state import ServerState, check_model
 from server.chat.stream_guard import abort_shielded, guarded_stream
+from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, Sampling, TokenChunk
+from server.errors import APIError, bad_request
+from server.protocol import ChatCompletionRequest, usage_dict
+from server.state import ServerState, check_model
 from server.structured.from_request import capabilities, request_constraint
 from server.structured.spec import constraint_spec, prompt_tools
-from server.chat.custom_tools import InputStream, custom_input
 from tool_parsers.message_stream import MessageDelta, MessageStream
-from tool_parsers.openai_message import (assistant_message, call_delta, finish_reason, function_call, opening,
-                                         text_delta)
-from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_chat_prompt
+from tool_parsers.openai_message import assistant_message, call_delta, finish_reason, function_call, opening, text_delta
 
 __all__ = ["PreparedChat", "prepare_chat", "chat_response", "chat_stream", "run_engine", "SCHEMA_VALIDATED",
            "ChoiceUpdate", "choice_updates", "new_choices", "usage_of"]
@@ -192,7 +192,7 @@ def _message(state: ServerState, final: Any, *, legacy: bool = False,
     return assistant_message(final, reasoning_field=_reasoning_field(state), calls=calls, legacy=legacy)
 
 
-async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncIterator[TokenChunk]:
+async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncGenerator[TokenChunk, None]:
     """The engine's chunks, with engine failures mapped to API errors."""
     state.running.add(gen.request_id)
     try:
@@ -213,7 +213,7 @@ async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncIterator[
         state.running.discard(gen.request_id)
 
 
-def _engine_chunks(state: ServerState, p: PreparedChat) -> AsyncIterator[TokenChunk]:
+def _engine_chunks(state: ServerState, p: PreparedChat) -> AsyncGenerator[TokenChunk, None]:
     """The request's chunks: one engine request, or two phases when the thinking is capped."""
     if p.reasoning_budget is None:
         return run_engine(state, p.gen)
@@ -221,7 +221,7 @@ def _engine_chunks(state: ServerState, p: PreparedChat) -> AsyncIterator[TokenCh
 
 
 async def _open_choices(state: ServerState, p: PreparedChat, choices: list[_Choice],
-                        timer: GenerationTimer) -> AsyncIterator[tuple[_Choice, TokenChunk]]:
+                        timer: GenerationTimer) -> AsyncGenerator[tuple[_Choice, TokenChunk], None]:
     """The engine's chunks with their choice, for choices still open. The caller sets
     ``choice.finish``; a choice that ended at a repeated call ignores the rest, and generation
     stops (the engine request aborted) once every choice has ended."""
@@ -350,7 +350,7 @@ def new_choices(state: ServerState, p: PreparedChat, *, streaming: bool) -> list
 
 
 async def choice_updates(state: ServerState, p: PreparedChat, choices: list[_Choice],
-                         timer: GenerationTimer) -> AsyncIterator[ChoiceUpdate]:
+                         timer: GenerationTimer) -> AsyncGenerator[ChoiceUpdate, None]:
     """The streamed answer as per-choice updates: one loop shared by every streamed API
     (chat chunks, Responses events), each framing the updates its own way."""
     checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
+from typing import Any, TypeVar
 
 import anyio
 
 from server import metrics
-from server.errors import APIError, ClientGone, internal_error
 from server.chat.sse import DONE, sse_event
+from server.errors import APIError, ClientGone, internal_error
 from server.state import ServerState
 
 __all__ = ["abort_shielded", "guarded_stream", "ClientGone", "unless_disconnected"]
@@ -63,7 +64,7 @@ async def abort_shielded(state: ServerState, request_ids: Iterable[str]) -> None
 
 
 
-async def unless_disconnected(work: Awaitable[T], receive: Callable[[], Awaitable[dict[str, Any]]]) -> T:
+async def unless_disconnected(work: Awaitable[T], receive: Callable[[], Awaitable[MutableMapping[str, Any]]]) -> T:
     """Await ``work`` (a non-streamed answer), cancelling it when the client disconnects.
 
     ``receive`` is the ASGI receive channel after the body was read: its next message is

@@ -6,8 +6,8 @@ exactly how output is split across engine steps, including splits inside markers
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Callable
 
 from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk, TokenLogprob
 

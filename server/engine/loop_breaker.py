@@ -24,7 +24,8 @@ the value: the breaker shortens a loop, it never writes a value of its own.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from server.lru import BoundedLRU
 
@@ -37,7 +38,7 @@ __all__ = [
     "FQCN",
     "JsonDepth",
     "LoopBreaker",
-    "LoopBreakerProcessor",
+    "LoopBreakerProcessor",  # noqa: F822 - made on first access by the module __getattr__ below
     "ClosingTokens",
     "closes",
     "find_loop",

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from server.engine.base import (
     EngineAbortedError,
@@ -64,8 +65,8 @@ class VllmEngine:
             model=options.model,
             tokenizer=options.tokenizer,
             served_model_name=[options.served_model_name],
-            max_model_len=options.max_model_len,
-            dtype=options.dtype,
+            max_model_len=options.max_model_len,  # type: ignore[arg-type]  # None: the model's own
+            dtype=options.dtype,  # type: ignore[arg-type]  # checked by vLLM's own argument parsing
             tensor_parallel_size=options.tensor_parallel_size,
             pipeline_parallel_size=options.pipeline_parallel_size,
             distributed_executor_backend=options.distributed_executor_backend,
@@ -312,7 +313,7 @@ def _logprobs(c: Any, tokenizer: Any, k: int) -> tuple[TokenLogprob, ...]:
     if not c.logprobs:
         return ()
     result = []
-    for token_id, step in zip(c.token_ids, c.logprobs):
+    for token_id, step in zip(c.token_ids, c.logprobs, strict=False):
         chosen = step.get(token_id)
         tops = sorted(step.items(), key=lambda kv: kv[1].rank or 0)
         top = tuple(

@@ -15,8 +15,9 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 from server.chat.custom_tools import InputStream, custom_input
 from server.chat.generation import GenerationTimer
@@ -230,11 +231,16 @@ class _Events:
         self.output.append(done)
         return out
 
+    def _open_id(self) -> str:
+        """The id of the item being streamed (every delta belongs to one)."""
+        assert self.open is not None
+        return str(self.open["id"])
+
     def reasoning(self, text: str) -> list[bytes]:
         out = [] if self.open and self.open["type"] == "reasoning" else [
             *self.close(), *self._start(_reasoning_item(_new_id("rs"), "", status="in_progress"))]
         self.text += text
-        return out + [self.emit("response.reasoning_text.delta", item_id=self.open["id"], output_index=self._index(),
+        return out + [self.emit("response.reasoning_text.delta", item_id=self._open_id(), output_index=self._index(),
                                 content_index=0, delta=text)]
 
     def content(self, text: str) -> list[bytes]:
@@ -242,7 +248,7 @@ class _Events:
             *self.close(), *self._start(_message_item(_new_id("msg"), None, status="in_progress"))]
         self.text += text
         if text:
-            out.append(self.emit("response.output_text.delta", item_id=self.open["id"], output_index=self._index(),
+            out.append(self.emit("response.output_text.delta", item_id=self._open_id(), output_index=self._index(),
                                  content_index=0, delta=text, logprobs=[]))
         return out
 
@@ -258,11 +264,11 @@ class _Events:
             piece = self.input.feed(call.arguments)
             if piece:
                 self.text += piece
-                out.append(self.emit("response.custom_tool_call_input.delta", item_id=self.open["id"],
+                out.append(self.emit("response.custom_tool_call_input.delta", item_id=self._open_id(),
                                      output_index=self._index(), delta=piece))
         elif call.arguments:
             self.text += call.arguments
-            out.append(self.emit("response.function_call_arguments.delta", item_id=self.open["id"],
+            out.append(self.emit("response.function_call_arguments.delta", item_id=self._open_id(),
                                  output_index=self._index(), delta=call.arguments))
         return out
 

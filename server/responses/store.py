@@ -9,8 +9,9 @@ recently used first) or the TTL are gone, and their ids answer 404.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from server.errors import APIError
 from server.lru import BoundedLRU

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -111,7 +112,8 @@ def _messages(items: Sequence[Any], *, known_calls: set[str]) -> tuple[list[dict
                               "'previous_response_id'.", param=f"{where}.type", code="unsupported_item")
         else:
             raise bad_request(f"'{where}.type' is {kind!r}; this server accepts message, function_call, "
-                              "function_call_output, custom_tool_call, custom_tool_call_output and reasoning items.", param=f"{where}.type",
+                              "function_call_output, custom_tool_call, custom_tool_call_output and reasoning items.",
+                              param=f"{where}.type",
                               code="invalid_value")
     return messages, sources
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from server.config import MAX_SCHEMA_DEPTH
 from server.errors import APIError
@@ -149,10 +150,12 @@ def _one_of(elements: list[dict[str, Any]]) -> dict[str, Any]:
     return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
 
 
-def _json_format(schema: Any) -> dict[str, Any]:
-    if schema == _EMPTY_OBJECT:  # parameterless tool: exactly "{}", no whitespace to pad it with
+def _json_format(schema: Any, style: str = "json") -> dict[str, Any]:
+    """Arguments per ``schema``; ``style`` is how they are written (XGrammar's JSON or an XML style)."""
+    if schema == _EMPTY_OBJECT and style == "json":  # parameterless tool: exactly "{}", no whitespace to pad it with
         return _const("{}")
-    return {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": JSON_MAX_WHITESPACE}
+    fmt = {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": JSON_MAX_WHITESPACE}
+    return fmt if style == "json" else {**fmt, "style": style}
 
 
 def _call_begin(fmt: CallFormat, name: str) -> str:
@@ -177,7 +180,10 @@ def tool_call_format(
     formats read only at the start: the calls, or free text without the trigger.
     required: one or more calls and nothing else. ``parallel`` False: exactly one call at most.
     """
-    calls = [(_call_begin(fmt, n), _json_format(s)) for n, s in tools]
+    own = fmt.structural_tag(tools, mode=mode, parallel=parallel)  # a family that owns its grammar
+    if own is not None:
+        return own
+    calls = [(_call_begin(fmt, n), _json_format(s, fmt.arguments_style)) for n, s in tools]
     any_call = _one_of([_seq(_const(b), j, _const(fmt.call_end)) for b, j in calls])
     more = {"type": "star", "content": _seq(_const(fmt.separator), any_call)} if parallel else None
     block = _seq(_const(fmt.section_begin), any_call, more, _const(fmt.section_end))
@@ -477,6 +483,7 @@ def _tool_entries(tools: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         if name in seen:
             raise ConstraintError(f"tools[{i}]: the tool name {name!r} is used twice.", f"tools[{i}].function.name")
         seen.add(name)
+        assert isinstance(fn, dict)  # a name was found in it
         entries.append((name, _tool_arguments_schema(fn, f"tools[{i}].function.parameters")))
     return entries
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+from server.engine.vllm_plugin import lower_thread_priority
 from server.lru import BoundedLRU
 from server.structured.constraints import Constraint, _is_lark, _xgr_message
-from server.engine.vllm_plugin import lower_thread_priority
 
 __all__ = ["CompileResult", "GrammarCache", "compile_constraint", "tokenizer_info_from_hf"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from server.config import Settings
 from pydantic import ValidationError
 
+from server.config import Settings
 from server.errors import APIError, validation_error
 from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest

@@ -38,7 +38,8 @@ def check_schema_main(argv: list[str]) -> int:
         print(json.dumps(report, indent=2))
     else:
         for item in report["items"]:
-            status = "ok under strict" if item["strict_ok"] else ("compiles, not strict" if item["compiles"] else "does not compile")
+            compiles = "compiles, not strict" if item["compiles"] else "does not compile"
+            status = "ok under strict" if item["strict_ok"] else compiles
             print(f"{item['name']}: {status}")
             if item["error"]:
                 print(f"  error: {item['error']}")

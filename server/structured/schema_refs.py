@@ -9,7 +9,8 @@ for it accepts nothing, so the request is refused instead of answering an empty 
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import unquote
 
 from jsonschema import Draft202012Validator

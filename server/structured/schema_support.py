@@ -23,8 +23,9 @@ import copy
 import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from server.structured.schema_refs import escape_token, local_validator, resolve_ref
 
@@ -333,7 +334,7 @@ def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple
             return REJECTED, "a fractional bound on an integer does not compile (normalize_schema rounds it)"
         return EXACT, ""
     if keyword == "required":
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props: Any = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
         missing = [n for n in value if n not in props] if isinstance(value, list) else []
         if missing:
             return LOOSE, f"required names missing from properties are not enforced: {missing}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
 from server.config import Settings
 from server.protocol import ChatCompletionRequest, CompletionRequest
@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Capabilities", "ConstraintSpec", "Limits", "ToolSpec", "constraint_spec", "tool_spec", "prompt_tools"]
 
-AnyRequest = Union[ChatCompletionRequest, CompletionRequest]
+AnyRequest = ChatCompletionRequest | CompletionRequest
 ToolMode = Literal["none", "auto", "required", "named"]
 
 

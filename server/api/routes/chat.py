@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from server.chat.service import chat_response, chat_stream, prepare_chat
-from server.protocol import ChatCompletionRequest
-from server.chat.stream_guard import unless_disconnected
 from server.api.routes._body import completion_docs, parse_body
+from server.chat.service import chat_response, chat_stream, prepare_chat
+from server.chat.stream_guard import unless_disconnected
+from server.protocol import ChatCompletionRequest
 
 __all__ = ["router"]
 
@@ -17,7 +18,7 @@ router = APIRouter()
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _HI = [{"role": "user", "content": "What is the weather in Paris?"}]
-_WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+_WEATHER: dict[str, Any] = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
 _DOCS = completion_docs(ChatCompletionRequest, "chat.completion", {"message": {
     "type": "object", "required": ["role"], "properties": {"role": {"const": "assistant"}}}}, {

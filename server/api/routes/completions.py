@@ -6,11 +6,11 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from server.chat.completions import completion_response, completion_stream, prepare_completion
-from server.protocol import CompletionRequest
-from server.chat.stream_guard import unless_disconnected
 from server.api.routes._body import completion_docs, parse_body
 from server.api.routes.chat import SSE_HEADERS
+from server.chat.completions import completion_response, completion_stream, prepare_completion
+from server.chat.stream_guard import unless_disconnected
+from server.protocol import CompletionRequest
 
 __all__ = ["router"]
 

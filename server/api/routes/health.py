@@ -25,7 +25,7 @@ async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "engine_dead"}, status_code=503)
     try:
         await asyncio.wait_for(state.engine.check_health(), timeout=5.0)
-    except (EngineDeadError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, EngineDeadError) as exc:
         if isinstance(exc, EngineDeadError):
             state.engine_dead = True
         return JSONResponse({"status": "unhealthy", "detail": str(exc) or type(exc).__name__}, status_code=503)

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import asyncio
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from server.errors import bad_request
-from server.structured.schema_check import check_schema_report, split_body
-from server.structured.from_request import capabilities, schema_limits, state_memo
 from server.api.routes._body import json_body_docs, read_json
+from server.errors import bad_request
+from server.structured.from_request import capabilities, schema_limits, state_memo
+from server.structured.schema_check import check_schema_report, split_body
 
 __all__ = ["router"]
 
