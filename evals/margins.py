@@ -17,7 +17,7 @@ from typing import Mapping
 
 from evals.reference import Reference, Step
 
-__all__ = ["MIN_MARGIN", "RELIED", "ReliedPrompt", "margins", "main"]
+__all__ = ["MIN_MARGIN", "RELIED", "ReliedPrompt", "ends_turn", "margins", "main"]
 
 MIN_MARGIN = 1.0  # nat; bf16 against float32 moved a logprob by <= 0.35 nat here (bench/dtype.py)
 
@@ -29,6 +29,7 @@ class ReliedPrompt:
     messages: tuple[Mapping[str, str], ...]
     expect: str
     used_by: str
+    then_stops: bool = False  # a test also relies on the turn ending right after ``expect``
 
     @property
     def as_messages(self) -> list[dict[str, str]]:
@@ -39,22 +40,32 @@ RELIED: Mapping[str, ReliedPrompt] = {
     "capital": ReliedPrompt(
         ({"role": "user", "content": "Complete the sentence: The capital of France is"},),
         expect="The capital of France is Paris.",
-        used_by="test_chat_api: greedy answer, stop sequence, n greedy choices",
+        used_by="test_chat_api: greedy answer (and its finish_reason stop), stop sequence, logprobs, logit_bias",
+        then_stops=True,
     ),
 }
 
 
 def margins(ref: Reference, prompt: ReliedPrompt, *, k: int = 2) -> tuple[str, list[Step]]:
-    """The reference's greedy text and its steps up to (and including) the one that completes
-    ``prompt.expect`` (all steps when the text never gets there)."""
+    """The reference's greedy text and its steps up to the one that completes ``prompt.expect``
+    (and the end-of-turn step after it when ``then_stops``; all steps if it never gets there).
+    The end-of-turn token's text is appended as written, so a caller sees whether it came."""
     steps = ref.greedy(prompt.as_messages, steps=64, k=k)
-    text, used = "", []
+    text, used, done_at = "", [], None
     for step in steps:
         used.append(step)
         text += step.top[0][0]
-        if len(text) >= len(prompt.expect):
+        if done_at is None and len(text) >= len(prompt.expect):
+            done_at = len(used)
+        if done_at is not None and len(used) >= done_at + prompt.then_stops:
             break
     return text, used
+
+
+def ends_turn(ref: Reference, text: str, prompt: ReliedPrompt) -> bool:
+    """Whether the greedy text is ``expect`` followed by exactly an end-of-turn token."""
+    rest = text[len(prompt.expect):] if text.startswith(prompt.expect) else None
+    return rest in set(ref.tokenizer.all_special_tokens)
 
 
 def main() -> int:
@@ -67,7 +78,8 @@ def main() -> int:
     for name, prompt in RELIED.items():
         text, steps = margins(ref, prompt)
         worst = min(range(len(steps)), key=lambda i: steps[i].margin)
-        ok = text.startswith(prompt.expect) and steps[worst].margin >= MIN_MARGIN
+        ok = text.startswith(prompt.expect) and steps[worst].margin >= MIN_MARGIN and (
+            not prompt.then_stops or ends_turn(ref, text, prompt))
         bad += not ok
         print(f"| {name} | {text!r} | {prompt.expect!r} | {len(steps)} | {steps[worst].margin:.2f} "
               f"| {steps[worst].top[0][0]!r} over {steps[worst].top[1][0]!r} | {'yes' if ok else 'NO'} |")
