@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Literal
 
 from ._scan import JsonError, ScanCache, scan_value
 
@@ -98,6 +99,16 @@ class CallFormat:
     # False when the parser finds calls only at the start of the output (no marker to find
     # them after free text): under "auto" the grammar then offers calls or text, not both.
     calls_follow_text: bool = True
+    # How ARGUMENTS are written: XGrammar's JSONSchemaFormat style ("json", or an XML style
+    # such as "qwen_xml" for <parameter=k>v</parameter>); the schema is enforced either way.
+    arguments_style: str = "json"
+
+    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"],
+                       parallel: bool) -> dict[str, Any] | None:
+        """The family's own structural-tag ``format`` for calls of ``tools`` ((name, arguments
+        schema) pairs), for formats the pieces above cannot describe (channels, pythonic calls).
+        None (the default): the constraint builder assembles the pieces."""
+        return None
 
 
 class ToolParser(ABC):
@@ -115,6 +126,10 @@ class ToolParser(ABC):
     start: ClassVar[str]
     end: ClassVar[str]
     format: ClassVar[CallFormat]
+    # True: an open call's ``arguments`` are the model's own JSON text from the value's start,
+    # so a stream may append generated text to them without a parse (MessageStream's fast
+    # path). False for formats whose arguments are converted (XML parameters, keywords).
+    raw_arguments: ClassVar[bool] = True
 
     def __init__(self, **data: object) -> None:
         """A variant as data: ``name``, ``start``, ``end`` or ``format`` given here override the
@@ -123,6 +138,12 @@ class ToolParser(ABC):
             if key not in ("name", "start", "end", "format"):
                 raise TypeError(f"unknown parser attribute {key!r}")
             setattr(self, key, value)
+
+    def with_tools(self, tools: Mapping[str, Any]) -> ToolParser:
+        """This parser for a request whose tools are ``tools`` (name -> parameters schema).
+        Formats that write arguments as text (XML parameters) type them by the schema, so they
+        return a bound copy; JSON formats need no schema and return ``self``."""
+        return self
 
     @abstractmethod
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:

@@ -35,9 +35,9 @@ from __future__ import annotations
 import json
 import secrets
 import string
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._content import AFTER_CALL
 from .base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
@@ -190,7 +190,8 @@ class MessageStream:
     """One request's message, fed with generated text; yields OpenAI deltas.
 
     ``tool_names``: when given, calls to other names are dropped (never streamed, listed
-    in ``dropped``). Calls are streamed only once their name is complete and validated.
+    in ``dropped``). ``tool_schemas`` (name -> parameters) reach the parser (see
+    :meth:`~tool_parsers.base.ToolParser.with_tools`). Calls are streamed only once their name is complete and validated.
     ``streaming=False`` (non-streamed requests): :meth:`feed` only collects text and
     returns None; :meth:`finish` parses the whole text once, so the parsers' final verdict
     on malformed calls applies.
@@ -210,7 +211,10 @@ class MessageStream:
         id_factory: Callable[[], str] = new_tool_call_id,
         streaming: bool = True,
         guard_repeats: bool = False,
+        tool_schemas: Mapping[str, Any] | None = None,
     ) -> None:
+        if tool_parser is not None and tool_schemas is not None:
+            tool_parser = tool_parser.with_tools(tool_schemas)  # XML parameters are typed by schema
         self._tool_parser = tool_parser
         self._reasoning_parser = reasoning_parser
         self._tool_names = None if tool_names is None else frozenset(tool_names)
@@ -344,7 +348,8 @@ class MessageStream:
                 or not sent.tool_calls):
             return False  # (not synced: the last parse was not sent, e.g. a call broke and is held)
         call = sent.tool_calls[-1]
-        return not call.complete and call.name is not None and call.arguments[:1] in ("{", "[")
+        return (not call.complete and call.name is not None and call.arguments[:1] in ("{", "[")
+                and self._tool_parser is not None and self._tool_parser.raw_arguments)
 
     def _extend_arguments(self, text: str) -> MessageDelta | None:
         """The open call's arguments grow by ``text`` when its JSON value is still open after it:

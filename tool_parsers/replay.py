@@ -21,7 +21,7 @@ from . import get_family
 from .message_stream import FinalMessage, MessageStream, new_tool_call_id
 from .openai_message import assistant_message, delta_bodies, finish_reason, opening
 
-__all__ = ["Replay", "parse_output", "stream_output", "tool_names", "DEFAULT_CHUNK"]
+__all__ = ["Replay", "parse_output", "stream_output", "tool_names", "tool_schemas", "DEFAULT_CHUNK"]
 
 DEFAULT_CHUNK = 4  # characters per streamed chunk when none is given (about one token of English)
 
@@ -50,18 +50,25 @@ class Replay:
 def tool_names(tools: Sequence[dict[str, Any]] | None) -> tuple[str, ...] | None:
     """The function names of a request's ``tools`` (chat's nested or Responses' flat shape);
     None without tools. ValueError for a tool that is not a named function."""
+    schemas = tool_schemas(tools)
+    return None if schemas is None else tuple(schemas)
+
+
+def tool_schemas(tools: Sequence[dict[str, Any]] | None) -> dict[str, Any] | None:
+    """Name -> ``parameters`` (``{}`` when absent) of a request's ``tools``, as the server
+    hands them to the parser; None without tools. ValueError as :func:`tool_names`."""
     if tools is None:
         return None
     if not isinstance(tools, (list, tuple)):
         raise ValueError("'tools' must be a list of tools")
-    names = []
+    schemas: dict[str, Any] = {}
     for i, tool in enumerate(tools):
         fn = tool.get("function", tool) if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict) \
                 or not isinstance(fn.get("name"), str):
             raise ValueError(f"tools[{i}] is not a function tool with a name (custom tools are not replayed)")
-        names.append(fn["name"])
-    return tuple(names)
+        schemas[fn["name"]] = fn.get("parameters") or {}
+    return schemas
 
 
 def _stream(tool_call_parser: str | None, reasoning_parser: str | None, tools: Sequence[dict[str, Any]] | None, *,
@@ -70,10 +77,12 @@ def _stream(tool_call_parser: str | None, reasoning_parser: str | None, tools: S
     """The MessageStream ``server/chat/service.py::_new_stream`` builds for such a request."""
     from reasoning_parsers import get_reasoning_parser
 
+    schemas = tool_schemas(tools)
     return MessageStream(
         tool_parser=get_family(tool_call_parser).parser if tool_call_parser else None,
         reasoning_parser=get_reasoning_parser(reasoning_parser, thinking=thinking) if reasoning_parser else None,
-        tool_names=tool_names(tools),
+        tool_names=None if schemas is None else tuple(schemas),
+        tool_schemas=schemas,
         id_factory=id_factory,
         streaming=streaming,
         guard_repeats=not allow_duplicate_tool_calls,
