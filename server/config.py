@@ -6,6 +6,14 @@ Flags are named like ``vllm serve``'s where they mean the same thing. Every flag
 come from an environment variable ``GRAMSERVE_<FLAG>`` (``--max-model-len`` ->
 ``GRAMSERVE_MAX_MODEL_LEN``), which is how the container images are configured; a flag on
 the command line wins over the environment.
+
+Two environment variables are not options, because they are read where no Settings exist:
+
+- ``GRAMSERVE_HOME``: where converted models are kept (``~/.cache/gramserve``); read by
+  ``server/default_model.py``, which ``gramserve prepare-model`` runs before any server.
+- ``GRAMSERVE_ENGINE_PLUGIN`` (``server/engine/vllm_plugin.py``): set by ``gramserve serve`` for
+  vLLM's engine processes, which load the plugin before any gramserve code runs; ``0`` turns the
+  low-priority grammar compile off.
 """
 from __future__ import annotations
 
