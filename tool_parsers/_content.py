@@ -12,10 +12,10 @@ text is pending, or at a non-whitespace character of trailing content.
 """
 from __future__ import annotations
 
-from ._scan import partial_marker_start
+from ._scan import JsonError, partial_marker_start
 from .base import Checkpoint
 
-__all__ = ["AFTER_CALL", "ContentBuilder", "next_marker"]
+__all__ = ["AFTER_CALL", "ContentBuilder", "next_marker", "malformed_block"]
 
 AFTER_CALL = "after_call"  # resume word: the settled text held at least one call
 
@@ -90,3 +90,21 @@ def next_marker(text: str, marker: str, pos: int, *, final: bool, out: ContentBu
         return None
     out.add(text[pos:i])
     return i
+
+
+def malformed_block(text: str, marker: int, body: int, exc: JsonError, *, end: str, final: bool, who: str,
+                    out: ContentBuilder, errors: list[str], bad: list[tuple[int, int | None]]) -> int | None:
+    """A call whose block opened at ``marker`` (its text from ``body``) broke at ``exc.pos``:
+    its text up to the block's ``end`` marker (leading whitespace dropped) is content, the
+    region goes to ``bad`` and the reason to ``errors``. Where parsing resumes: after that end
+    marker, or None when there is none (yet): the rest is the broken call's (held while streaming)."""
+    errors.append(f"{who}: malformed tool call at offset {marker} ({exc}); kept as content")
+    stop = text.find(end, min(exc.pos, len(text)))
+    if stop < 0:
+        cut = len(text) if final else partial_marker_start(text, (end,), body)
+        out.add(text[body:cut].lstrip())
+        bad.append((marker, len(text) if final else None))
+        return None
+    out.add(text[body:stop].lstrip())
+    bad.append((marker, stop + len(end)))
+    return stop + len(end)

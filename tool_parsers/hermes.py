@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ._content import ContentBuilder, next_marker
+from ._blocks import BlockToolParser
 from ._calls import call_array, call_objects
-from ._scan import JsonError, partial_marker_start, skip_ws
-from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
+from ._content import ContentBuilder
+from ._scan import JsonError, skip_ws
+from .base import CallFormat, ModelFamily, ToolCallPart
 
 __all__ = ["HermesToolParser", "FAMILIES"]
 
 
-class HermesToolParser(ToolParser):
+class HermesToolParser(BlockToolParser):
     """``<tool_call>{json}</tool_call>`` blocks; text outside them is content."""
 
     name: ClassVar[str] = "hermes"
@@ -33,52 +34,19 @@ class HermesToolParser(ToolParser):
         trigger="<tool_call>", section_begin="", call_begin='<tool_call>\n{"name": "', name_end='", "arguments": ',
         call_end="}\n</tool_call>", separator="\n", section_end="")
 
-    def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
-        out = ContentBuilder(resume=resume)
-        calls: list[ToolCallPart] = []
-        errors: list[str] = []
-        bad: list[tuple[int, int | None]] = []
-        checkpoint: Checkpoint | None = None
-        pos = 0
-        while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
-            checkpoint = out.checkpoint(i, len(calls), len(errors), at_marker=True) or checkpoint
-            body = i + len(self.start)
-            try:
-                p = skip_ws(text, body)
-                if p >= len(text):
-                    if final:
-                        raise JsonError("the text ends inside the call", len(text))
-                    found, end = [ToolCallPart(None, "", False)], None
-                elif text[p] == "[":  # several calls as one JSON array
-                    found, end = call_array(text, p, final=final, who=self.name, errors=errors, unwrap=True)
-                elif text[p] == "{":  # one call, or several one after another
-                    found, end = call_objects(text, p, final=final, unwrap=True)
-                else:
-                    raise JsonError(f"expected '{{' after {self.start}", p)
-            except JsonError as exc:
-                errors.append(f"{self.name}: malformed tool call at offset {i} ({exc}); kept as content")
-                stop = text.find(self.end, min(exc.pos, len(text)))
-                if stop < 0:
-                    cut = len(text) if final else partial_marker_start(text, (self.end,), body)
-                    out.add(text[body:cut].lstrip())
-                    bad.append((i, len(text) if final else None))
-                    break
-                out.add(text[body:stop].lstrip())
-                pos = stop + len(self.end)
-                bad.append((i, pos))
-                continue
-            out.call()
-            calls.extend(found)
-            if end is None:  # cut off while streaming
-                break
-            pos, closed = self._after_call(text, end, final=final, errors=errors, out=out, bad=bad)
-            if closed:
-                checkpoint = out.checkpoint(pos, len(calls), len(errors)) or checkpoint
-        else:
-            checkpoint = out.tail_checkpoint(text, pos, len(calls), len(errors)) or checkpoint
-        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad))
+    def _block(self, text: str, body: int, *, final: bool, errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
+        p = skip_ws(text, body)
+        if p >= len(text):
+            if final:
+                raise JsonError("the text ends inside the call", len(text))
+            return [ToolCallPart(None, "", False)], None
+        if text[p] == "[":  # several calls as one JSON array
+            return call_array(text, p, final=final, who=self.name, errors=errors, unwrap=True)
+        if text[p] == "{":  # one call, or several one after another
+            return call_objects(text, p, final=final, unwrap=True)
+        raise JsonError(f"expected '{{' after {self.start}", p)
 
-    def _after_call(self, text: str, obj_end: int, *, final: bool, errors: list[str], out: ContentBuilder,
+    def _after_block(self, text: str, obj_end: int, *, final: bool, errors: list[str], out: ContentBuilder,
                     bad: list[tuple[int, int | None]]) -> tuple[int, bool]:
         """Where content resumes after a call's JSON: past the end marker (text between the
         JSON and the marker is returned as content, never dropped); and whether the call is

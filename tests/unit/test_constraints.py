@@ -107,7 +107,18 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
         return "".join(f"[TOOL_CALLS]{n}{a}" for n, a in calls)
     if fmt == "mistral_v13":
         return "".join(f"[TOOL_CALLS]{n}[ARGS]{a}" for n, a in calls)
+    if fmt in ("qwen3_coder", "qwen3_xml"):  # XML parameters, as Qwen3-Coder's template writes them
+        return "\n".join(f"<tool_call>\n<function={n}>\n{_xml_parameters(a)}</function>\n</tool_call>"
+                         for n, a in calls)
     raise AssertionError(fmt)
+
+
+def _xml_parameters(arguments: str) -> str:
+    values = json.loads(arguments) if arguments.strip().startswith("{") else None
+    if values is None:  # not an object: no XML form; text the grammar must refuse
+        return arguments
+    return "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+                   for k, v in values.items())
 
 
 FORMATS = sorted(TOOL_PARSERS)

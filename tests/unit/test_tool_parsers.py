@@ -310,11 +310,15 @@ def test_registry_and_detection() -> None:
 
 
 def test_format_data_round_trips_through_the_parser() -> None:
-    """Text written exactly as ``format`` says parses back to the same calls."""
+    """Text written exactly as ``format`` says parses back to the same calls (formats whose
+    arguments are JSON; the XML styles' round trip is each family's grammar test: the grammar
+    accepts the real call text the parser reads)."""
     calls = [("get_weather", '{"city": "Paris"}'), ("now", "{}")]
     for name in TOOL_PARSERS:
         parser = get_tool_parser(name)
         f = parser.format
+        if f.arguments_style != "json":
+            continue
         body = f.separator.join(f.call_begin + n + f.name_end + a + f.call_end for n, a in calls)
         text = f.section_begin + body + f.section_end
         got = parser.parse(text, final=True)

@@ -1,0 +1,103 @@
+"""Arguments written as text, one parameter at a time (XML styles: Qwen3-Coder, GLM-4.5+),
+turned into the OpenAI JSON arguments string.
+
+A value is text; the tool's schema says what it means (``5`` is an integer for an
+``integer`` parameter and the string ``"5"`` for a ``string`` one), as the model's own
+template and XGrammar's XML styles read it. The JSON is written one parameter after
+another, so while a call streams its arguments only grow: a complete parameter is
+written once it closes, and a string parameter streams as it is written (its text is its
+value, nothing can retype it later). Other types are written when their value closes.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["property_schema", "streams_as_text", "typed_value", "arguments_json"]
+
+
+def property_schema(schema: Any, key: str) -> Any:
+    """The schema of parameter ``key`` in a tool's ``parameters`` (None when unknown)."""
+    if not isinstance(schema, Mapping):
+        return None
+    props = schema.get("properties")
+    return props.get(key) if isinstance(props, Mapping) else None
+
+
+# Type names tool schemas use that JSON Schema does not (vLLM's XML parsers read them too).
+_ALIASES = {"float": "number", "double": "number", "int": "integer", "bool": "boolean", "dict": "object",
+            "list": "array", "str": "string"}
+
+
+def _types(schema: Any) -> set[str]:
+    """The JSON types a schema allows (empty: any, or not said)."""
+    if not isinstance(schema, Mapping):
+        return set()
+    found: set[str] = set()
+    t = schema.get("type")
+    for name in [t] if isinstance(t, str) else t if isinstance(t, list) else ():
+        if isinstance(name, str):
+            found.add(_ALIASES.get(name, name))
+    if "enum" in schema and isinstance(schema["enum"], list) and not found:
+        found.update("string" if isinstance(v, str) else "other" for v in schema["enum"])
+    for key in ("anyOf", "oneOf"):
+        for branch in schema.get(key) or ():
+            found |= _types(branch)
+    return found
+
+
+def streams_as_text(schema: Any) -> bool:
+    """Whether the value is a string whatever its text (unknown parameters are strings too, as
+    in vLLM's XML parsers), so it may stream before it closes."""
+    types = _types(schema)
+    return schema is None or types == {"string"}
+
+
+def typed_value(text: str, schema: Any) -> Any:
+    """The value ``text`` means for a parameter of ``schema``; text that fits no allowed type
+    stays a string (the grammar never lets a model write such text)."""
+    types = _types(schema)
+    if schema is None or types == {"string"}:
+        return text
+    stripped = text.strip()
+    if stripped.lower() == "null" and (not types or "null" in types):
+        return None
+    if "boolean" in types and stripped.lower() in ("true", "false"):
+        return stripped.lower() == "true"
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(stripped)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if _fits(value, types):
+            return value
+    return text
+
+
+def _fits(value: Any, types: set[str]) -> bool:
+    if not types:
+        return isinstance(value, (dict, list, int, float, bool, str)) or value is None
+    kinds = {
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "number": isinstance(value, (int, float)) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "object": isinstance(value, dict),
+        "array": isinstance(value, list),
+        "null": value is None,
+        "string": isinstance(value, str),
+    }
+    return any(kinds.get(t, False) for t in types)
+
+
+def arguments_json(done: Sequence[tuple[str, Any]], open_text: tuple[str, str] | None = None, *,
+                   complete: bool) -> str:
+    """The arguments JSON of the parameters ``done`` so far, then a string parameter still
+    being written (``open_text``: key, its text so far); closed with ``}`` when ``complete``.
+    Each result is a prefix of the next one's, so a stream only appends."""
+    parts = [f"{json.dumps(k, ensure_ascii=False)}: {json.dumps(v, ensure_ascii=False)}" for k, v in done]
+    if open_text is not None:
+        key, text = open_text
+        parts.append(f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(text, ensure_ascii=False)[:-1]}")
+    return "{" + ", ".join(parts) + ("}" if complete else "")
