@@ -17,6 +17,11 @@ throughput, TTFT p50 and front-end (API process) CPU per token; ``--plot`` draws
     python -m bench.compare --interleave --targets gramserve,vllm --concurrency 8,32 --repeats 2
     python -m bench.compare --workloads plain,tools_long --lengths 128,1024,4096 --concurrency 2 \
         --targets gramserve,vllm --max-model-len 8192     # CPU per token vs output length
+    python -m bench.compare --model standin --interleave --targets gramserve,vllm,engine --concurrency 32
+
+``--model standin`` runs every target on :mod:`bench.standin` (a 1-layer random Llama with SmolLM2's
+tokenizer: the same real vLLM engine at thousands of tokens/s), so the front end is the ceiling,
+as on a GPU.
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ import httpx
 
 from bench.serve import Cell, default_requests, markdown_table, run_cell
 
-__all__ = ["EngineFlags", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios",
+__all__ = ["EngineFlags", "MODELS", "model_dir", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios",
            "main"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,7 +62,8 @@ class EngineFlags:
     """The engine settings every target gets (gramserve's CPU defaults, spelled out)."""
 
     def __init__(self, *, max_model_len: int, kv_cache_gib: float, max_num_seqs: int | None,
-                 stream_interval: int = 1) -> None:
+                 stream_interval: int = 1, model: Path | None = None) -> None:
+        self.model = model  # None: gramserve's embedded default
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
         self.max_num_seqs = max_num_seqs
@@ -71,6 +77,8 @@ class EngineFlags:
     def gramserve_args(self) -> list[str]:
         args = ["--max-model-len", str(self.max_model_len), "--kv-cache-space", f"{self.kv_cache_gib:g}",
                 "--dtype", "bfloat16", "--enforce-eager", "--seed", "0"]
+        if self.model is not None:  # the default model's name and template, on another folder
+            args += ["--model", str(self.model), "--served-model-name", MODEL_NAME, "--chat-template", "hermes"]
         return args + self._common()
 
     def vllm_args(self) -> list[str]:
@@ -85,7 +93,15 @@ class EngineFlags:
         return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}"}
 
 
-def model_dir() -> Path:
+MODELS = ("smollm2", "standin")
+
+
+def model_dir(name: str = "smollm2") -> Path:
+    """The folder every target serves: the embedded SmolLM2, or the fast stand-in built from it."""
+    if name == "standin":
+        from bench.standin import ensure_standin
+
+        return ensure_standin()
     from server.default_model import ensure_default_model
 
     return Path(ensure_default_model())
@@ -333,6 +349,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--interleave", action="store_true",
                     help="run gramserve and vLLM's server side by side and alternate them cell by cell "
                          "(fairer on a shared machine; needs memory for both)")
+    ap.add_argument("--model", default="smollm2", choices=MODELS,
+                    help="standin: a 1-layer random Llama with SmolLM2's tokenizer (bench/standin.py), the same "
+                         "real engine at thousands of tok/s, so the front end is the ceiling as on a GPU")
     ap.add_argument("--port", type=int, default=8611)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--kv-cache-space", type=float, default=2.0, help="GiB (VLLM_CPU_KVCACHE_SPACE)")
@@ -380,14 +399,14 @@ def main(argv: list[str] | None = None) -> int:
     a.workloads = a.workloads.split(",")
     a.concurrency, a.lengths = _ints(a.concurrency), _ints(a.lengths)
     targets = a.targets.split(",")
+    model = model_dir(a.model)
     flags = EngineFlags(max_model_len=a.max_model_len, kv_cache_gib=a.kv_cache_space, max_num_seqs=a.max_num_seqs,
-                        stream_interval=a.stream_interval)
+                        stream_interval=a.stream_interval, model=model if a.model != "smollm2" else None)
     logs = Path(a.logs)
     logs.mkdir(parents=True, exist_ok=True)
-    model = model_dir()
     runs: list[list[Cell]] = []
     t0 = time.monotonic()
-    print(f"# measuring {_git_head()}", flush=True)
+    print(f"# measuring {_git_head()} on {a.model} ({model})", flush=True)
     if a.interleave:
         runs = _interleaved_runs(a, targets, flags, model, logs, t0)
     else:
