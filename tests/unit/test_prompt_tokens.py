@@ -18,6 +18,7 @@ from server.chat.render import ChatRenderer, RenderError
 
 FAMILY_TOKENS = {
     "hermes": [],  # SmolLM2's own
+    "qwen3_coder": [],  # ChatML, as SmolLM2's
     "llama3_json": ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                     "<|eom_id|>", "<|python_tag|>"],
     "mistral": ["<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
@@ -43,7 +44,7 @@ def tok(hf_model_dir: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def family_toks(hf_model_dir: Path, tok: Any) -> dict[str, Any]:
-    out = {"hermes": tok}
+    out = {name: tok for name, extra in FAMILY_TOKENS.items() if not extra}  # ChatML: SmolLM2's own tokens
     for name, extra in FAMILY_TOKENS.items():
         if extra:
             t = _load(hf_model_dir)

@@ -23,7 +23,12 @@ def _output(family: str, *, reasoning: bool) -> str:
     """Text, then three calls (the last to a name outside the tools), written as the family's
     format says; text first only where calls may follow text."""
     f = get_family(family).format
-    body = f.separator.join(f.call_begin + name + f.name_end + args + f.call_end for name, args in CALLS)
+    if f.arguments_style == "qwen_xml":  # arguments as XML parameters
+        calls = [(n, "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in json.loads(a).items()))
+                 for n, a in CALLS]
+    else:
+        calls = list(CALLS)
+    body = f.separator.join(f.call_begin + name + f.name_end + args + f.call_end for name, args in calls)
     text = ("Checking. " if f.calls_follow_text else "") + f.section_begin + body + f.section_end
     return ("<think>Which tools?</think>" if reasoning else "") + text
 
