@@ -2,7 +2,7 @@
 
 The engine is built exactly as ``gramserve serve`` builds it (``server.runner.build_state``
 with the same flags), and each request body is prepared once by gramserve's own code
-(``prepare_chat``: the same chat template, prompt tokens and structured-output constraint),
+(``build_plan``: the same chat template, prompt tokens and structured-output constraint),
 before any timing. The timed part is only ``AsyncLLM.generate`` with those token ids and
 ``SamplingParams``; TTFT and inter-token latency count engine outputs that carry text. For
 requests with tools, TTFT is when the output first holds something an OpenAI stream can send
@@ -48,11 +48,11 @@ class DirectEngine:
     def prepare(self, body: dict[str, Any]) -> tuple[list[int], Any, bool]:
         """(prompt token ids, vLLM SamplingParams, whether tool calls may come) for one chat body,
         as gramserve would send them."""
-        from server.chat.service import prepare_chat
+        from server.plan import build_plan
         from server.protocol import ChatCompletionRequest
 
         req = ChatCompletionRequest.model_validate({**body, "model": self.state.engine.model_name})
-        gen = prepare_chat(self.state, req).gen
+        gen = build_plan(self.state, req).gen
         params = self.state.engine._sampling_params(gen)  # exactly what the adapter sends
         calls = bool(body.get("tools")) and body.get("tool_choice") != "none" and self.state.tool_parser is not None
         return list(gen.prompt_token_ids), params, calls

@@ -120,7 +120,7 @@ def measure(tool: str | None, reasoning: str | None, tokens: list[str], *, repea
     best = float("inf")
     deltas = 0
     for _ in range(repeats):
-        stream = MessageStream(  # as server.chat.service._new_stream builds it
+        stream = MessageStream(  # as server.plan.run._new_stream builds it
             tool_parser=get_tool_parser(tool) if tool else None,
             reasoning_parser=get_reasoning_parser(reasoning) if reasoning else None,
             tool_names=TOOL_NAMES if tool else None,

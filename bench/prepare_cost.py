@@ -1,6 +1,6 @@
 """CPU cost of preparing one chat request (render, tokenise, constraint checks) before the engine.
 
-Runs :func:`server.chat.service.prepare_chat` in process (the scripted FakeEngine stands in
+Runs :func:`server.plan.build_plan` in process (the scripted FakeEngine stands in
 for the engine; the renderer, tokenizer and grammar checks are the real ones for the embedded
 model) for requests with 0, 1, 8 and 32 tools and a json_schema request, and prints the
 milliseconds per request the first time a tool set is seen (cold: schema checks run) and
@@ -61,7 +61,7 @@ def _state() -> Any:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from server.chat.service import prepare_chat
+    from server.plan import build_plan
     from bench.workloads import _agent_bodies
     from server.protocol import ChatCompletionRequest
 
@@ -73,18 +73,18 @@ def main(argv: list[str] | None = None) -> None:
     for name, body in requests(salt=str(time.time_ns())).items():
         req = ChatCompletionRequest.model_validate(body)
         t0 = time.process_time()
-        prepare_chat(state, req)
+        build_plan(state, req)
         cold = (time.process_time() - t0) * 1000
         t0 = time.process_time()
         for _ in range(args.repeats):
-            prepare_chat(state, req)
+            build_plan(state, req)
         warm = (time.process_time() - t0) * 1000 / args.repeats
         print(f"| {name} | {cold:.1f} | {warm:.2f} |")
     turns = [ChatCompletionRequest.model_validate(b) for b in _agent_bodies()]
     times = []
     for req in turns:
         t0 = time.process_time()
-        prepare_chat(state, req)
+        build_plan(state, req)
         times.append((time.process_time() - t0) * 1000)
     print(f"| agent next turn ({len(turns)} turns) | {times[0]:.1f} | {sum(times[1:]) / (len(times) - 1):.2f} |")
 

@@ -3,7 +3,7 @@ stream sends. The chat service and ``gramserve parse`` both build their JSON her
 answer replayed offline is the answer the server gives, key for key.
 
 Function tool calls only: the server wraps these for the legacy ``functions`` API and for
-custom tools (``server/chat/service.py``).
+custom tools (``server/plan/chat_frames.py``).
 """
 from __future__ import annotations
 

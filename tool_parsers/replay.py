@@ -3,7 +3,7 @@
 :func:`parse_output` gives the assistant message a non-streamed ``/v1/chat/completions``
 returns for that text; :func:`stream_output` the ``delta`` objects a streamed one sends,
 chunk by chunk. Both run the server's own code: the family's parser, the reasoning parser,
-:class:`~tool_parsers.message_stream.MessageStream` built as ``server/chat/service.py``
+:class:`~tool_parsers.message_stream.MessageStream` built as ``server/plan/run.py``
 builds it (calls to names outside ``tools`` dropped, a repeated call ends the turn), and
 the OpenAI JSON of :mod:`tool_parsers.openai_message`. ``gramserve parse`` is the command
 over them (``tool_parsers/replay_cli.py``).
@@ -74,7 +74,7 @@ def tool_schemas(tools: Sequence[dict[str, Any]] | None) -> dict[str, Any] | Non
 def _stream(tool_call_parser: str | None, reasoning_parser: str | None, tools: Sequence[dict[str, Any]] | None, *,
             thinking: bool, streaming: bool, allow_duplicate_tool_calls: bool,
             id_factory: Callable[[], str]) -> MessageStream:
-    """The MessageStream ``server/chat/service.py::_new_stream`` builds for such a request."""
+    """The MessageStream ``server/plan/run.py::_new_stream`` builds for such a request."""
     from reasoning_parsers import get_reasoning_parser
 
     schemas = tool_schemas(tools)

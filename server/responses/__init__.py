@@ -1,6 +1,6 @@
-"""The Responses API (``/v1/responses``) on the chat request plan.
+"""The Responses API (``/v1/responses``): its request shape, its translation and its store.
 
-A Responses request is translated into a chat request (:mod:`.translate`), prepared and run
-by :mod:`server.chat.service` exactly as chat is, and its answer framed as Response output
-items and events (:mod:`.service`). Stored responses live in a bounded store (:mod:`.store`).
+A Responses request is translated into the chat request it means (:mod:`.translate`), then
+planned, run and framed by :mod:`server.plan` exactly as chat is (the framer is
+``server/plan/response_frames.py``). Stored responses live in a bounded store (:mod:`.store`).
 """

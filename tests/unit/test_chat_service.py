@@ -1,4 +1,4 @@
-"""server/chat/service.py over HTTP: messages, streams, tool calls, reasoning, constraint wiring."""
+"""The chat API (server/plan: build, run loop, chat framer) over HTTP: messages, streams, tool calls, reasoning, constraint wiring."""
 from __future__ import annotations
 
 import json

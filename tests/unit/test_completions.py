@@ -1,4 +1,4 @@
-"""server/chat/completions.py and /v1/models over HTTP."""
+"""The completions API (server/plan: build, run loop, completions framer) and /v1/models over HTTP."""
 from __future__ import annotations
 
 from server.engine.fake import CharTokenizer

@@ -1,4 +1,4 @@
-"""server/ is layered: imports only run down (api -> responses -> chat -> structured -> engine; base modules
+"""server/ is layered: imports only run down (api -> plan -> responses -> chat -> structured -> engine; base modules
 below the feature packages, the engine adapter below them, and leaf utilities such as server.lru, which import
 nothing of the server, at the very bottom)."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 SERVER = Path(__file__).resolve().parents[2] / "server"
-TOP = {"server.runner", "server.__main__"}  # the process: builds everything
-RANKS = {"server.api": 5, "server.responses": 4, "server.chat": 3, "server.structured": 2, "server.engine": 0,
-         "server.lru": -1}
+TOP = {"server.runner", "server.api_servers", "server.__main__"}  # the process: builds everything
+RANKS = {"server.api": 6, "server.plan": 5, "server.responses": 4, "server.chat": 3, "server.structured": 2,
+         "server.engine": 0, "server.lru": -1}
 BASE = 1  # config, errors, logs, metrics, protocol, state, default_model
 
 
@@ -22,7 +22,7 @@ def _module(path: Path) -> str:
 
 def _rank(module: str) -> int:
     if module in TOP:
-        return 6
+        return 7
     for prefix, rank in RANKS.items():
         if module == prefix or module.startswith(prefix + "."):
             return rank

@@ -265,12 +265,13 @@ def test_disconnect_aborts_engine_request(make_app):
 
 
 async def _test_disconnect_aborts_engine_request(make_app):
-    from server.chat.service import chat_stream, prepare_chat
+    from server.plan import build_plan
+    from server.plan.chat_frames import chat_stream
     from server.protocol import ChatCompletionRequest
 
     b = make_app(script=_script(["a", "b", "c", "d"]))
     req = ChatCompletionRequest.model_validate({"messages": USER, "stream": True, "max_tokens": 50})
-    prepared = prepare_chat(b.state, req)
+    prepared = build_plan(b.state, req)
     before = metrics.CLIENT_DISCONNECTS._value.get()
     gen = chat_stream(b.state, prepared)
     first = await gen.__anext__()
@@ -288,12 +289,13 @@ def test_finished_stream_does_not_abort(make_app):
 
 
 async def _test_finished_stream_does_not_abort(make_app):
-    from server.chat.service import chat_stream, prepare_chat
+    from server.plan import build_plan
+    from server.plan.chat_frames import chat_stream
     from server.protocol import ChatCompletionRequest
 
     b = make_app()
     req = ChatCompletionRequest.model_validate({"messages": USER, "stream": True, "max_tokens": 50})
-    out = [x async for x in chat_stream(b.state, prepare_chat(b.state, req))]
+    out = [x async for x in chat_stream(b.state, build_plan(b.state, req))]
     assert out[-1] == b"data: [DONE]\n\n"
     assert b.engine.aborted == []
 
@@ -355,18 +357,19 @@ async def _disconnect_mid_stream(b: Any) -> None:
 
 
 def test_completion_stream_disconnect_aborts(make_app):
-    from server.chat.completions import completion_stream, prepare_completion
+    from server.plan import build_plan
+    from server.plan.completion_frames import completion_stream
     from server.protocol import CompletionRequest
 
     b = make_app(script=_script(["a", "b", "c", "d"]))
 
     async def run() -> None:
         req = CompletionRequest.model_validate({"prompt": "x", "stream": True, "max_tokens": 50})
-        jobs = prepare_completion(b.state, req)
-        gen = completion_stream(b.state, req, jobs)
+        plan = build_plan(b.state, req)
+        gen = completion_stream(b.state, plan)
         assert b'"a"' in await gen.__anext__()
         await gen.aclose()
-        assert b.engine.aborted == [jobs[0][1].request_id]
+        assert b.engine.aborted == [plan.id] == [b.engine.requests[-1].request_id]
 
     asyncio.run(run())
 

@@ -211,11 +211,12 @@ def test_cap_without_reasoning_parser_is_400(make_app):
 
 def test_chunks_feed_the_end_marker_once(make_app):
     b = _app(make_app, _two_phase(["abc", "def", "ghi"], ["x", "y"]))
-    from server.chat.service import prepare_chat, run_engine
+    from server.plan import build_plan
+    from server.plan.run import run_engine
     from server.protocol import ChatCompletionRequest
 
     req = ChatCompletionRequest.model_validate({"messages": USER, "max_tokens": 100, "max_reasoning_tokens": 5})
-    p = prepare_chat(b.state, req)
+    p = build_plan(b.state, req)
 
     async def collect() -> list[TokenChunk]:
         return [c async for c in budgeted_chunks(b.state, p.gen, p.reasoning_budget, run=run_engine)]
@@ -235,12 +236,13 @@ def test_disconnect_during_answer_aborts_the_request(make_app):
     b = _app(make_app, _two_phase(["abcdefgh"], ["x"] * 50), delay=0.005)
 
     async def run() -> None:
-        from server.chat.service import chat_stream, prepare_chat
+        from server.plan import build_plan
+        from server.plan.chat_frames import chat_stream
         from server.protocol import ChatCompletionRequest
 
         req = ChatCompletionRequest.model_validate({"messages": USER, "stream": True, "max_tokens": 100,
                                                     "max_reasoning_tokens": 4})
-        p = prepare_chat(b.state, req)
+        p = build_plan(b.state, req)
         gen = chat_stream(b.state, p)
         seen = b""
         while b'"content":"x"' not in seen:

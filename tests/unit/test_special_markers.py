@@ -60,7 +60,7 @@ def test_requests_keep_special_tokens_only_when_needed(make_app: Any, monkeypatc
     body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 5}
     built.client().post("/v1/chat/completions", json={**body, "tools": tools})
     assert built.engine.requests[-1].sampling.skip_special_tokens is True  # the fake tokenizer has none
-    monkeypatch.setattr("server.chat.service.markers_are_special", lambda tok, markers: True)
+    monkeypatch.setattr("server.plan.build.markers_are_special", lambda tok, markers: True)
     built.client().post("/v1/chat/completions", json={**body, "tools": tools})
     assert built.engine.requests[-1].sampling.skip_special_tokens is False
     built.client().post("/v1/chat/completions", json=body)  # no tools: nothing to parse

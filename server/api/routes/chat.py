@@ -8,8 +8,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.api.routes._body import completion_docs, parse_body
-from server.chat.service import chat_response, chat_stream, prepare_chat
 from server.chat.stream_guard import unless_disconnected
+from server.plan import build_plan
+from server.plan.chat_frames import chat_response, chat_stream
 from server.protocol import ChatCompletionRequest
 
 __all__ = ["router"]
@@ -34,8 +35,8 @@ _DOCS = completion_docs(ChatCompletionRequest, "chat.completion", {"message": {
 async def create_chat_completion(request: Request):
     req = await parse_body(request, ChatCompletionRequest)
     state = request.app.state.gs
-    prepared = await asyncio.to_thread(prepare_chat, state, req)  # render + grammar compile off the loop
+    plan = await asyncio.to_thread(build_plan, state, req)  # render + grammar compile off the loop
     if req.stream:
-        return StreamingResponse(chat_stream(state, prepared), media_type="text/event-stream", headers=SSE_HEADERS)
-    body, headers = await unless_disconnected(chat_response(state, prepared), request.receive)
+        return StreamingResponse(chat_stream(state, plan), media_type="text/event-stream", headers=SSE_HEADERS)
+    body, headers = await unless_disconnected(chat_response(state, plan), request.receive)
     return JSONResponse(body, headers=headers)

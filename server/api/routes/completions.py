@@ -8,8 +8,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.api.routes._body import completion_docs, parse_body
 from server.api.routes.chat import SSE_HEADERS
-from server.chat.completions import completion_response, completion_stream, prepare_completion
 from server.chat.stream_guard import unless_disconnected
+from server.plan import build_plan
+from server.plan.completion_frames import completion_response, completion_stream
 from server.protocol import CompletionRequest
 
 __all__ = ["router"]
@@ -25,8 +26,8 @@ _DOCS = completion_docs(CompletionRequest, "text_completion", {"text": {"type": 
 async def create_completion(request: Request):
     req = await parse_body(request, CompletionRequest)
     state = request.app.state.gs
-    jobs = await asyncio.to_thread(prepare_completion, state, req)
+    plan = await asyncio.to_thread(build_plan, state, req)  # tokenize + grammar compile off the loop
     if req.stream:
-        return StreamingResponse(completion_stream(state, req, jobs), media_type="text/event-stream",
+        return StreamingResponse(completion_stream(state, plan), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
-    return JSONResponse(await unless_disconnected(completion_response(state, req, jobs), request.receive))
+    return JSONResponse(await unless_disconnected(completion_response(state, plan), request.receive))

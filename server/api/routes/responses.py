@@ -8,8 +8,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from server.api.routes._body import parse_body
 from server.chat.stream_guard import unless_disconnected
+from server.plan import build_plan
+from server.plan.response_frames import response_body, response_stream
 from server.responses.protocol import ResponsesRequest
-from server.responses.service import prepare_response, response_body, response_stream
 from server.responses.store import ResponseStore
 
 __all__ = ["router", "new_store"]
@@ -33,11 +34,11 @@ def _store(request: Request) -> ResponseStore:
 async def create_response(request: Request):
     req = await parse_body(request, ResponsesRequest)
     state, store = request.app.state.gs, _store(request)
-    prepared = await asyncio.to_thread(prepare_response, state, store, req)  # render + compile off the loop
+    plan = await asyncio.to_thread(build_plan, state, req, store=store)  # render + compile off the loop
     if req.stream:
-        return StreamingResponse(response_stream(state, store, prepared), media_type="text/event-stream",
+        return StreamingResponse(response_stream(state, store, plan), media_type="text/event-stream",
                                  headers=SSE_HEADERS)
-    body, headers = await unless_disconnected(response_body(state, store, prepared), request.receive)
+    body, headers = await unless_disconnected(response_body(state, store, plan), request.receive)
     return JSONResponse(body, headers=headers)
 
 

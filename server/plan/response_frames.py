@@ -1,8 +1,9 @@
-"""Responses: the chat plan's answer as Response output items, JSON or a stream of events.
+"""The Responses framer: a plan's run as a Response object (output items) or its events.
 
-The request is translated to chat (:mod:`.translate`) and prepared by
-:func:`server.chat.service.prepare_chat`, so the prompt, the grammar and the parsers are the
-ones chat uses; only the framing differs. Streams follow OpenAI's event sequence:
+The request was translated to chat (:mod:`server.responses.translate`) and planned by
+:func:`server.plan.build.build_plan` exactly as chat is, and runs on the one run loop
+(:mod:`server.plan.run`), so the prompt, the grammar and the parsers are the ones chat uses;
+only the framing differs. Streams follow OpenAI's event sequence:
 ``response.created``, ``response.in_progress``, per item ``output_item.added`` ... ``done``
 (with ``content_part``, ``output_text``, ``reasoning_text`` and ``function_call_arguments``
 events inside), then ``response.completed`` (or ``response.incomplete`` when
@@ -13,47 +14,29 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from server.chat.custom_tools import InputStream, custom_input
-from server.chat.generation import GenerationTimer
-from server.chat.service import PreparedChat, choice_updates, new_choices, prepare_chat, usage_of
-from server.chat.stream_guard import abort_shielded, guarded_stream
+from server.chat.stream_guard import guarded_stream
 from server.errors import APIError, internal_error
+from server.plan.build import RequestPlan, ResponsesPlan
+from server.plan.run import ChoiceUpdate, Run
+from server.protocol import ChatCompletionRequest
 from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore, StoredResponse
-from server.responses.translate import ChatPlan, input_items, output_messages, rename_error, to_chat
+from server.responses.translate import input_items, output_messages
 from server.state import ServerState
 
-__all__ = ["PreparedResponse", "prepare_response", "response_body", "response_stream"]
+__all__ = ["response_body", "response_stream"]
 
 log = logging.getLogger("gramserve.responses")
 
 
-@dataclass
-class PreparedResponse:
-    request: ResponsesRequest
-    plan: ChatPlan
-    chat: PreparedChat
-    id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
-    created_at: int = field(default_factory=lambda: int(time.time()))
-
-
-def prepare_response(state: ServerState, store: ResponseStore, req: ResponsesRequest) -> PreparedResponse:
-    """Translate, then prepare exactly as chat does; errors name Responses parameters."""
-    history: tuple[dict[str, Any], ...] = ()
-    if req.previous_response_id:
-        history = store.get(req.previous_response_id, param="previous_response_id").conversation
-    plan = to_chat(req, history=history)
-    try:
-        chat = prepare_chat(state, plan.chat)
-    except APIError as exc:
-        raise rename_error(exc, plan.sources) from exc
-    return PreparedResponse(request=req, plan=plan, chat=chat)
+def _responses(plan: RequestPlan) -> ResponsesPlan:
+    assert plan.responses is not None, "a Responses framer needs a plan built from a Responses request"
+    return plan.responses
 
 
 def _new_id(prefix: str) -> str:
@@ -75,7 +58,7 @@ def _usage(chat_usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _response(state: ServerState, pr: PreparedResponse, *, status: str, output: list[dict[str, Any]],
+def _response(state: ServerState, pr: ResponsesPlan, *, status: str, output: list[dict[str, Any]],
               usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
     req = pr.request
     return {
@@ -131,34 +114,25 @@ def _output(final: Any, *, item_status: str, custom: frozenset[str]) -> list[dic
     return out
 
 
-def _store(store: ResponseStore, pr: PreparedResponse, body: dict[str, Any]) -> None:
+def _store(store: ResponseStore, pr: ResponsesPlan, body: dict[str, Any]) -> None:
     if pr.request.store and body["status"] in ("completed", "incomplete"):
-        conversation = pr.plan.conversation + tuple(output_messages(body["output"]))
+        conversation = pr.chat.conversation + tuple(output_messages(body["output"]))
         store.put(StoredResponse(body=body, conversation=conversation,
                                  input_items=tuple(input_items(pr.request.input))))
 
 
-async def response_body(state: ServerState, store: ResponseStore, pr: PreparedResponse) -> tuple[dict[str, Any], dict[str, str]]:
+async def response_body(state: ServerState, store: ResponseStore,
+                        plan: RequestPlan) -> tuple[dict[str, Any], dict[str, str]]:
     """The non-streamed Response object, and extra headers."""
-    choices = new_choices(state, pr.chat, streaming=False)
-    timer = GenerationTimer()
-    last = None
-    finished = False
-    try:
-        async with contextlib.aclosing(choice_updates(state, pr.chat, choices, timer)) as updates:
-            async for u in updates:
-                if u.finish_reason:
-                    last = u
-        finished = True
-    finally:
-        timer.close()
-        if not finished:
-            await abort_shielded(state, [pr.chat.id])
-    usage = _usage(usage_of(state, pr.chat, choices, timer))
+    pr = _responses(plan)
+    run = Run(state, plan, streaming=False)
+    ended = await run.to_end()
+    last = ended[-1] if ended else None
+    usage = _usage(run.usage())
     if last is None:  # the engine ended without a final chunk: nothing was generated
         raise internal_error()
     status = "incomplete" if last.finish_reason == "length" else "completed"
-    output = _output(last.final, item_status=status, custom=pr.chat.request.custom_tool_names())
+    output = _output(last.final, item_status=status, custom=_custom(plan))
     body = _response(state, pr, status=status, output=output, usage=usage)
     _store(store, pr, body)
     headers = {"x-gramserve-schema-validated": last.schema_validated} if last.schema_validated else {}
@@ -273,9 +247,16 @@ class _Events:
         return out
 
 
-def response_stream(state: ServerState, store: ResponseStore, pr: PreparedResponse) -> AsyncIterator[bytes]:
+def _custom(plan: RequestPlan) -> frozenset[str]:
+    """Custom tools: their calls are answered as custom_tool_call items."""
+    req = plan.request
+    return req.custom_tool_names() if isinstance(req, ChatCompletionRequest) else frozenset()
+
+
+def response_stream(state: ServerState, store: ResponseStore, plan: RequestPlan) -> AsyncIterator[bytes]:
     """The Responses event stream; a failure after the start ends it with ``error`` and ``response.failed``."""
-    ev = _Events(pr.chat.request.custom_tool_names())
+    pr = _responses(plan)
+    ev = _Events(_custom(plan))
 
     def failed(exc: APIError) -> list[bytes]:
         closed = ev.close(status="incomplete")  # the item being streamed ends, as far as it got
@@ -285,18 +266,20 @@ def response_stream(state: ServerState, store: ResponseStore, pr: PreparedRespon
                     state, pr, status="failed", output=ev.output,
                     error={"code": err["code"] or "server_error", "message": err["message"]}))]
 
-    return guarded_stream(_events(state, store, pr, ev), state=state, request_ids=[pr.chat.id], on_error=failed)
+    return guarded_stream(_events(state, store, plan, ev), state=state, request_ids=[plan.id], on_error=failed)
 
 
-async def _events(state: ServerState, store: ResponseStore, pr: PreparedResponse, ev: _Events) -> AsyncIterator[bytes]:
+async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, ev: _Events) -> AsyncIterator[bytes]:
+    pr = _responses(plan)
     yield ev.emit("response.created", response=_response(state, pr, status="in_progress", output=[]))
     yield ev.emit("response.in_progress", response=_response(state, pr, status="in_progress", output=[]))
-    choices = new_choices(state, pr.chat, streaming=True)
-    timer = GenerationTimer()
+    run = Run(state, plan, streaming=True)
     finish = "stop"
     try:
-        async with contextlib.aclosing(choice_updates(state, pr.chat, choices, timer)) as updates:
+        async with contextlib.aclosing(run.updates()) as updates:
             async for u in updates:
+                if not isinstance(u, ChoiceUpdate):
+                    continue
                 out: list[bytes] = []  # one engine chunk's events go out in one write
                 for d in u.deltas:
                     if d.reasoning:
@@ -314,9 +297,9 @@ async def _events(state: ServerState, store: ResponseStore, pr: PreparedResponse
         status = "incomplete" if finish == "length" else "completed"
         for e in ev.close(status=status):
             yield e
-        usage = _usage(usage_of(state, pr.chat, choices, timer))
+        usage = _usage(run.usage())
     finally:
-        timer.close()
+        run.timer.close()
     body = _response(state, pr, status=status, output=ev.output, usage=usage)
     _store(store, pr, body)
     yield ev.emit(f"response.{status}", response=body)

@@ -1,0 +1,230 @@
+"""One request plan for every API: :class:`RequestPlan`, built by :func:`build_plan`.
+
+Chat, completions and Responses differ in how a request is spelt and how the answer is framed,
+not in what runs: a prompt, sampling values, the tools and the constraint. Building that once,
+in one place, keeps the three APIs from drifting apart (one ``Sampling`` construction, one
+tools check, one constraint spec), and gives the run loop and the framers one thing to read.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from server.chat.generation import checked, completion_budget, logit_bias
+from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_chat_prompt
+from server.chat.reasoning_budget import ReasoningBudget, plan_reasoning_budget
+from server.engine.base import GenerateRequest, Sampling
+from server.errors import APIError, bad_request
+from server.protocol import ChatCompletionRequest, CompletionRequest
+from server.responses.protocol import ResponsesRequest
+from server.responses.store import ResponseStore
+from server.responses.translate import ChatPlan, rename_error, to_chat
+from server.state import ServerState, check_model
+from server.structured.from_request import capabilities, request_constraint
+from server.structured.spec import ConstraintSpec, ToolSpec, constraint_spec, prompt_tools
+
+__all__ = ["Api", "Prompt", "RequestPlan", "ResponsesPlan", "build_plan"]
+
+Api = Literal["chat", "completions", "responses"]
+
+log = logging.getLogger("gramserve.plan")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One engine request: the prompt's text (echoed by completions), its ids and the checked
+    ``GenerateRequest`` (sampling and constraint included)."""
+
+    text: str
+    ids: list[int]
+    gen: GenerateRequest
+
+
+@dataclass(frozen=True)
+class ResponsesPlan:
+    """What only the Responses framer needs: the request as sent, its translation (the
+    conversation to store, each chat message's source) and the response's own id."""
+
+    request: ResponsesRequest
+    chat: ChatPlan
+    id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    """Everything a request runs: one prompt per engine request (completions may send several),
+    the sampling inside each, the normalised tools and the constraint spec, plus what the
+    finishing checks need. ``request`` is what the plan was built from (Responses: the chat
+    request it means)."""
+
+    api: Api
+    request: ChatCompletionRequest | CompletionRequest
+    id: str
+    created: int
+    prompts: tuple[Prompt, ...]
+    spec: ConstraintSpec
+    json_schema: dict[str, Any] | None = None  # validated after generation when not strict
+    strict: bool = False
+    tool_names: tuple[str, ...] | None = None  # the calls returned (None: no tools)
+    tool_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reasoning_budget: ReasoningBudget | None = None  # max_reasoning_tokens: two engine phases
+    responses: ResponsesPlan | None = None
+
+    @property
+    def tools(self) -> ToolSpec | None:
+        return self.spec.tools
+
+    @property
+    def gen(self) -> GenerateRequest:
+        """The (first) engine request: chat and Responses send exactly one."""
+        return self.prompts[0].gen
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.prompts[0].ids
+
+    @property
+    def sampling(self) -> Sampling:
+        return self.prompts[0].gen.sampling
+
+    @property
+    def request_ids(self) -> list[str]:
+        return [p.gen.request_id for p in self.prompts]
+
+
+def build_plan(state: ServerState, req: ChatCompletionRequest | CompletionRequest | ResponsesRequest, *,
+               store: ResponseStore | None = None) -> RequestPlan:
+    """The plan of any API's request (blocking: rendering and grammar compiles; call it off the
+    event loop). Errors are 400s named in the request's own API's terms."""
+    if isinstance(req, ResponsesRequest):
+        return _responses_plan(state, req, store=store)
+    if isinstance(req, CompletionRequest):
+        return _completion_plan(state, req)
+    return _chat_plan(state, req, api="chat")
+
+
+def _sampling(state: ServerState, req: ChatCompletionRequest | CompletionRequest, *, max_tokens: int,
+              logprobs: int | None, skip_special_tokens: bool = True) -> Sampling:
+    """The engine's sampling values, the same for every API (only the budget and logprobs
+    are spelt differently)."""
+    return Sampling(
+        max_tokens=max_tokens,
+        temperature=1.0 if req.temperature is None else req.temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        n=req.n,
+        seed=req.seed,
+        stop=req.stop_list(),
+        presence_penalty=req.presence_penalty,
+        frequency_penalty=req.frequency_penalty,
+        logprobs=logprobs,
+        ignore_eos=req.ignore_eos,
+        skip_special_tokens=skip_special_tokens,
+        logit_bias=logit_bias(req, state.engine.vocab_size),
+    )
+
+
+def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
+               responses: ResponsesPlan | None = None) -> RequestPlan:
+    """Validate what pydantic cannot, render the prompt and build the constraint."""
+    check_model(state, req.model)
+    s = state.settings
+    if req.tools and len(req.tools) > s.max_tools:
+        raise bad_request(f"Too many tools: {len(req.tools)} (this server accepts at most {s.max_tools}).",
+                          param="tools", code="too_many_tools")
+    if req.tool_choice not in (None, "none") and not req.tools:
+        raise bad_request("'tool_choice' is set but no 'tools' were given.", param="tool_choice", code="invalid_value")
+    tools = prompt_tools(req)
+    if tools and state.tool_parser is None:
+        raise bad_request("This server has no tool-call parser for its chat template; start it with "
+                          "--tool-call-parser NAME to use 'tools'.", param="tools", code="tools_unsupported")
+    messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    # client text that spells a control token (<|im_end|>...) is encoded as plain text; a
+    # RenderError is a 400 naming its param as it stands
+    prompt, prompt_ids = tokenize_chat_prompt(
+        state.renderer, state.engine.tokenizer, messages, tools=tools, add_generation_prompt=True,
+        chat_template_kwargs=req.chat_template_kwargs,
+    )
+    if state.settings.log_prompts:  # off by default: prompts are user data
+        log.info("prompt", extra={"prompt": prompt, "prompt_tokens": len(prompt_ids)})
+    max_tokens = completion_budget(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),
+                                   param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
+                                   prompt_param="messages")
+    reasoning_budget = plan_reasoning_budget(state, req)
+    # Capped thinking runs the think block as its own engine phase: the request's constraint
+    # is then the answer alone, without the reasoning prefix.
+    spec = constraint_spec(req, capabilities(state), think=reasoning_budget is None)
+    built = request_constraint(state, spec)
+    sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
+                         skip_special_tokens=not (tools and _markers_special(state)))
+    rid = "chatcmpl-" + uuid.uuid4().hex
+    # allowed_tools: calls to the others are not returned
+    callable_names = spec.tools.names if spec.tools else ()
+    tool_schemas = {n: p or {} for n, p in spec.tools.tools if n in callable_names} if spec.tools else {}
+    gen = checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,
+                                                constraint=built.constraint))
+    return RequestPlan(
+        api=api, request=req, id=rid, created=int(time.time()), prompts=(Prompt(prompt, prompt_ids, gen),),
+        spec=spec, json_schema=built.schema, strict=built.strict,
+        tool_names=tuple(tool_schemas) if tools else None, tool_schemas=tool_schemas,
+        reasoning_budget=reasoning_budget, responses=responses,
+    )
+
+
+def _markers_special(state: ServerState) -> bool:
+    """Whether the tool-call family's markers are special tokens (then kept in the output)."""
+    parser = state.tool_parser
+    if parser is None:
+        return False
+    return markers_are_special(state.engine.tokenizer, (parser.start, parser.end, parser.format.trigger))
+
+
+def _responses_plan(state: ServerState, req: ResponsesRequest, *, store: ResponseStore | None) -> RequestPlan:
+    """Translate, then plan exactly as chat does; errors name Responses parameters."""
+    history: tuple[dict[str, Any], ...] = ()
+    if req.previous_response_id:
+        if store is None:
+            raise ValueError("a Responses request with previous_response_id needs the response store")
+        history = store.get(req.previous_response_id, param="previous_response_id").conversation
+    chat = to_chat(req, history=history)
+    try:
+        return _chat_plan(state, chat.chat, api="responses", responses=ResponsesPlan(request=req, chat=chat))
+    except APIError as exc:
+        raise rename_error(exc, chat.sources) from exc
+
+
+def _prompts(state: ServerState, req: CompletionRequest) -> list[tuple[str, list[int]]]:
+    p = req.prompt
+    tok = state.engine.tokenizer
+    encode = guard_for(tok).encode
+    if isinstance(p, str):
+        return [(p, encode(p))]
+    if all(isinstance(x, int) for x in p):
+        ids = [int(x) for x in p]
+        vocab = len(tok)
+        bad = [x for x in ids if not 0 <= x < vocab]
+        if bad:
+            raise bad_request(f"prompt has token ids outside this model's vocabulary (0..{vocab - 1}): "
+                              f"{bad[:5]}.", param="prompt", code="invalid_value")
+        return [(tok.decode(ids), ids)]
+    return [(s, encode(s)) for s in p if isinstance(s, str)]  # a list of strings (pydantic: never mixed)
+
+
+def _completion_plan(state: ServerState, req: CompletionRequest) -> RequestPlan:
+    """One engine request per prompt, each with its own budget; one constraint for all."""
+    check_model(state, req.model)
+    spec = constraint_spec(req, capabilities(state))
+    built = request_constraint(state, spec)
+    prompts = []
+    for text, ids in _prompts(state, req):
+        max_tokens = completion_budget(state.engine.max_model_len, len(ids), req.max_tokens,
+                                       param="max_tokens", prompt_param="prompt")
+        sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=req.logprobs)
+        rid = "cmpl-" + uuid.uuid4().hex
+        prompts.append(Prompt(text, ids, checked(state.engine, GenerateRequest(
+            request_id=rid, prompt_token_ids=ids, sampling=sampling, constraint=built.constraint))))
+    return RequestPlan(api="completions", request=req, id=prompts[0].gen.request_id, created=int(time.time()),
+                       prompts=tuple(prompts), spec=spec)

@@ -1,0 +1,212 @@
+"""The chat framer: a plan's run as a ``chat.completion`` object or as OpenAI's SSE chunks.
+
+Both read :meth:`server.plan.run.Run.updates`, the one run loop; this module only decides how
+an update looks on the wire. The per-token fast paths (a text delta, an arguments fragment)
+live here beside the general path they must match byte for byte.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from server.chat.custom_tools import InputStream, custom_input
+from server.chat.sse import DONE, ContentFrames, chunk, sse_event
+from server.chat.stream_guard import guarded_stream
+from server.plan.build import RequestPlan
+from server.plan.run import Choice, ChoiceUpdate, Run
+from server.protocol import ChatCompletionRequest
+from server.state import ServerState
+from tool_parsers.openai_message import assistant_message, call_delta, function_call, opening, text_delta
+
+__all__ = ["SCHEMA_VALIDATED", "chat_response", "chat_stream"]
+
+# Per choice, when the output was validated against a json_schema after generation:
+# valid | invalid | skipped_length (non-streamed: also the x-gramserve-schema-validated header).
+SCHEMA_VALIDATED = "schema_validated"
+
+
+def _chat(plan: RequestPlan) -> ChatCompletionRequest:
+    assert isinstance(plan.request, ChatCompletionRequest)
+    return plan.request
+
+
+def _reasoning_field(state: ServerState) -> str | None:
+    """Where reasoning goes in messages and deltas (None: no reasoning parser, no field)."""
+    return None if state.reasoning_parser is None else state.settings.reasoning_field
+
+
+def _logprobs_json(chunks: list[Any]) -> dict[str, Any]:
+    return {
+        "content": [
+            {"token": lp.token, "logprob": lp.logprob, "bytes": lp.bytes,
+             "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in lp.top]}
+            for lp in chunks
+        ],
+        "refusal": None,
+    }
+
+
+def _call(c: Any, custom: frozenset[str]) -> dict[str, Any]:
+    if c.name in custom:
+        return {"id": c.id, "type": "custom", "custom": {"name": c.name, "input": custom_input(c.arguments)}}
+    return function_call(c)
+
+
+def _message(state: ServerState, final: Any, *, legacy: bool = False,
+             custom: frozenset[str] = frozenset()) -> dict[str, Any]:
+    calls = [_call(c, custom) for c in final.tool_calls]
+    return assistant_message(final, reasoning_field=_reasoning_field(state), calls=calls, legacy=legacy)
+
+
+async def chat_response(state: ServerState, plan: RequestPlan) -> tuple[dict[str, Any], dict[str, str]]:
+    """Non-streamed completion. Returns the body and extra response headers."""
+    req = _chat(plan)
+    run = Run(state, plan, streaming=False)
+    ended = {u.choice.index: u for u in await run.to_end()}
+    headers: dict[str, str] = {}
+    out_choices = []
+    outcomes = []
+    for ch in run.choices:
+        u = ended.get(ch.index)
+        if u is None:  # the engine ended without finishing this choice: it ends as it stands
+            assert ch.stream is not None
+            ch.stream.finish()
+            final, outcome = run.check(ch)
+            reason = ch.finish_reason(final)
+        else:
+            final, outcome, reason = u.final, u.schema_validated, u.finish_reason or "stop"
+        out = {
+            "index": ch.index,
+            "message": _message(state, final, legacy=ch.legacy, custom=ch.custom),
+            "logprobs": _logprobs_json(ch.logprobs) if req.logprobs else None,
+            "finish_reason": reason,
+        }
+        if outcome is not None:
+            out[SCHEMA_VALIDATED] = outcome
+            outcomes.append(outcome)
+        out_choices.append(out)
+    if outcomes:  # one outcome per choice, in index order
+        headers["x-gramserve-schema-validated"] = ",".join(outcomes)
+    body = {
+        "id": plan.id, "object": "chat.completion", "created": plan.created, "model": state.engine.model_name,
+        "system_fingerprint": None, "choices": out_choices, "usage": run.usage(),
+    }
+    return body, headers
+
+
+def _is_arguments_fragment(body: dict[str, Any]) -> bool:
+    """``{"tool_calls": [{"index": k, "function": {"arguments": "..."}}]}`` and nothing else."""
+    calls = body.get("tool_calls") if len(body) == 1 else None
+    if not calls or len(calls) != 1:
+        return False
+    call = calls[0]
+    return len(call) == 2 and "index" in call and call.get("function", {}).keys() == {"arguments"}
+
+
+def _delta_bodies(delta: Any, state: ServerState, choice: Choice) -> list[dict[str, Any]]:
+    """One delta body for text, then one per tool-call entry (header alone, as OpenAI does);
+    for the legacy functions API as it streamed them, ``delta.function_call``; custom tool
+    calls as ``custom.input`` text."""
+    if delta is None:
+        return []
+    bodies: list[dict[str, Any]] = []
+    text = text_delta(delta, reasoning_field=_reasoning_field(state))
+    if text:
+        bodies.append(text)
+    for tc in delta.tool_calls:
+        if choice.legacy:
+            fn = {"name": tc.name, "arguments": tc.arguments} if tc.name is not None else {"arguments": tc.arguments}
+            bodies.append({"function_call": fn})
+            continue
+        if tc.name is not None and tc.name in choice.custom:
+            choice.inputs[tc.index] = InputStream()
+            call = {"index": tc.index, "id": tc.id, "type": "custom",
+                    "custom": {"name": tc.name, "input": choice.inputs[tc.index].feed(tc.arguments)}}
+        elif tc.index in choice.inputs:
+            piece = choice.inputs[tc.index].feed(tc.arguments)
+            if not piece:
+                continue
+            call = {"index": tc.index, "custom": {"input": piece}}
+        else:
+            call = call_delta(tc)
+        bodies.append({"tool_calls": [call]})
+    return bodies
+
+
+def chat_stream(state: ServerState, plan: RequestPlan) -> AsyncIterator[bytes]:
+    """SSE stream, framed like OpenAI's: role first, one id, finish chunk, usage, [DONE]."""
+    return guarded_stream(_chat_events(state, plan), state=state, request_ids=[plan.id])
+
+
+async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[bytes]:
+    req = _chat(p)
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    run = Run(state, p, streaming=True)
+    model = state.engine.model_name
+
+    def frame(choice_list: list[dict[str, Any]]) -> bytes:
+        return sse_event(chunk(id=p.id, created=p.created, model=model, choices=choice_list))
+
+    fast = ContentFrames(id=p.id, created=p.created, model=model)
+
+    opened: set[int] = set()
+
+    def opened_with(index: int, body: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """A choice opens with its role when its first delta is known (``opening``)."""
+        if index in opened:
+            return [body] if body is not None else []
+        opened.add(index)
+        return opening(body)
+
+    try:
+        async with contextlib.aclosing(run.updates()) as updates:
+            async for u in updates:
+                if not isinstance(u, ChoiceUpdate):
+                    continue
+                ch = u.choice
+                if len(u.deltas) == 1 and not u.finish_reason and not req.logprobs and ch.index in opened:
+                    # The per-token hot paths, byte for byte what the general path below frames.
+                    d = u.deltas[0]
+                    if d.content and not d.reasoning and not d.tool_calls:
+                        yield fast.content(ch.index, d.content)
+                        continue
+                    if not d.content and not d.reasoning and len(d.tool_calls) == 1 and not ch.legacy:
+                        tc = d.tool_calls[0]
+                        if tc.name is None and tc.index not in ch.inputs:
+                            yield fast.arguments(ch.index, tc.index, tc.arguments)
+                            continue
+                bodies = [b for d in u.deltas for b in _delta_bodies(d, state, ch)]
+                if req.logprobs and u.logprobs and not bodies:
+                    bodies = [{}]
+                bodies = [out for body in bodies for out in opened_with(ch.index, body)]
+                if u.finish_reason and ch.index not in opened:
+                    bodies = opened_with(ch.index, None)
+                lp_at = 1 if len(bodies) > 1 and bodies[0] == {"role": "assistant", "content": ""} else 0
+                events: list[bytes] = []  # one engine chunk's events go out in one write
+                for k, body in enumerate(bodies):
+                    lp = _logprobs_json(u.logprobs) if (req.logprobs and k == lp_at) else None
+                    if lp is None and len(body) == 1 and "content" in body:  # the per-token hot path
+                        events.append(fast.content(ch.index, body["content"]))
+                        continue
+                    if lp is None and _is_arguments_fragment(body):  # the hot path of a tool call
+                        call = body["tool_calls"][0]
+                        events.append(fast.arguments(ch.index, call["index"], call["function"]["arguments"]))
+                        continue
+                    events.append(frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}]))
+                if u.finish_reason:
+                    last = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": u.finish_reason}
+                    if u.schema_validated is not None:  # a stream has no headers left: the finish chunk says it
+                        last[SCHEMA_VALIDATED] = u.schema_validated
+                    events.append(frame([last]))
+                if events:
+                    yield events[0] if len(events) == 1 else b"".join(events)
+        for ch in run.choices:  # every choice is opened, even one the engine said nothing for
+            for body in opened_with(ch.index, None):
+                yield frame([{"index": ch.index, "delta": body, "logprobs": None, "finish_reason": None}])
+        usage = run.usage()
+        if include_usage:
+            yield sse_event(chunk(id=p.id, created=p.created, model=model, choices=[], usage=usage))
+        yield DONE
+    finally:
+        run.timer.close()

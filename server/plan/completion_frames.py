@@ -1,0 +1,97 @@
+"""The completions framer: a plan's run as a ``text_completion`` object or its SSE chunks.
+
+Legacy text completions run on the same plan and run loop as chat (one engine request per
+prompt, one after another); only the framing is theirs: the raw text, the echo, and the
+legacy logprobs shape.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from server.chat.sse import DONE, chunk, sse_event
+from server.chat.stream_guard import guarded_stream
+from server.engine.base import TokenLogprob
+from server.plan.build import RequestPlan
+from server.plan.run import ChoiceUpdate, Run
+from server.protocol import CompletionRequest
+from server.state import ServerState
+
+__all__ = ["completion_response", "completion_stream"]
+
+
+def _completion(plan: RequestPlan) -> CompletionRequest:
+    assert isinstance(plan.request, CompletionRequest)
+    return plan.request
+
+
+def _legacy_logprobs(lps: list[TokenLogprob], offset: int) -> dict[str, Any]:
+    tokens, token_lps, tops, offsets = [], [], [], []
+    for lp in lps:
+        tokens.append(lp.token)
+        token_lps.append(lp.logprob)
+        tops.append({t.token: t.logprob for t in lp.top})
+        offsets.append(offset)
+        offset += len(lp.token)
+    return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+async def completion_response(state: ServerState, plan: RequestPlan) -> dict[str, Any]:
+    """The non-streamed ``text_completion``: every prompt's choices, in order."""
+    req = _completion(plan)
+    run = Run(state, plan, streaming=False)
+    await run.to_end()
+    choices: list[dict[str, Any]] = []
+    for ch in run.choices:
+        prefix = plan.prompts[ch.index // req.n].text if req.echo else ""
+        choices.append({
+            "index": ch.index,
+            "text": prefix + ch.text,
+            "logprobs": _legacy_logprobs(ch.logprobs, len(prefix)) if req.logprobs is not None else None,
+            "finish_reason": ch.finish or "stop",
+        })
+    usage = run.usage()
+    return {
+        "id": plan.id, "object": "text_completion", "created": int(time.time()),
+        "model": state.engine.model_name, "system_fingerprint": None, "choices": choices, "usage": usage,
+    }
+
+
+def completion_stream(state: ServerState, plan: RequestPlan) -> AsyncIterator[bytes]:
+    return guarded_stream(_completion_events(state, plan), state=state, request_ids=plan.request_ids)
+
+
+async def _completion_events(state: ServerState, plan: RequestPlan) -> AsyncIterator[bytes]:
+    req = _completion(plan)
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    rid, created, model = plan.id, int(time.time()), state.engine.model_name
+    run = Run(state, plan, streaming=True)
+    offsets = [0] * len(run.choices)
+
+    def frame(choice: dict[str, Any]) -> bytes:
+        return sse_event(chunk(id=rid, created=created, model=model, choices=[choice], object="text_completion"))
+
+    try:
+        async with contextlib.aclosing(run.updates()) as updates:
+            async for u in updates:
+                if not isinstance(u, ChoiceUpdate):  # a prompt starts: its echo first
+                    first = u.index * req.n
+                    for j in range(req.n):
+                        offsets[first + j] = len(u.prompt.text) if req.echo else 0
+                        if req.echo:
+                            yield frame({"index": first + j, "text": u.prompt.text, "logprobs": None,
+                                         "finish_reason": None})
+                    continue
+                i = u.choice.index
+                lp = _legacy_logprobs(u.logprobs, offsets[i]) if req.logprobs is not None else None
+                offsets[i] += len(u.text)
+                yield frame({"index": i, "text": u.text, "logprobs": lp, "finish_reason": u.finish_reason})
+        usage = run.usage()
+        if include_usage:
+            yield sse_event(chunk(id=rid, created=created, model=model, choices=[], object="text_completion",
+                                  usage=usage))
+        yield DONE
+    finally:
+        run.timer.close()

@@ -1,0 +1,233 @@
+"""The one run loop: a plan's engine requests as per-choice updates, streamed and not.
+
+Every framer (chat chunks or JSON, Responses events or object, completions) reads the same
+updates, so engine errors, token counts, the abort of a repeated call, the end of generation
+once every choice has ended and the finishing checks happen once, whatever the API and
+whether it streams. A framer only decides how an update looks on the wire.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from server.chat.custom_tools import InputStream
+from server.chat.generation import GenerationTimer
+from server.chat.output_checks import ToolCallChecker, validate_json_output
+from server.chat.prompt_tokens import guard_for
+from server.chat.reasoning_budget import budgeted_chunks
+from server.chat.stream_guard import abort_shielded
+from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk
+from server.errors import APIError, bad_request
+from server.plan.build import Prompt, RequestPlan
+from server.protocol import ChatCompletionRequest, usage_dict
+from server.state import ServerState
+from tool_parsers.message_stream import MessageDelta, MessageStream
+from tool_parsers.openai_message import finish_reason
+
+__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "run_engine"]
+
+
+async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncGenerator[TokenChunk, None]:
+    """The engine's chunks, with engine failures mapped to API errors."""
+    state.running.add(gen.request_id)
+    try:
+        async for c in state.engine.generate(gen):
+            yield c
+    except EngineAbortedError as exc:
+        if state.cut:
+            raise APIError("The server is shutting down and cut this response before it finished; retry the "
+                           "request on another replica.",
+                           code="server_shutdown") from exc
+        raise APIError("The request was aborted before it finished.", code="aborted") from exc
+    except EngineRequestError as exc:
+        raise bad_request(f"The engine rejected the request: {exc}", code="invalid_value") from exc
+    except EngineDeadError as exc:
+        state.engine_dead = True
+        raise APIError("The engine is not running; retry on another replica.", code="engine_dead") from exc
+    finally:
+        state.running.discard(gen.request_id)
+
+
+def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionRequest, *, streaming: bool) -> MessageStream:
+    reasoning = state.reasoning_parser
+    if reasoning is not None and not req.thinking_enabled():
+        from reasoning_parsers import get_reasoning_parser
+
+        reasoning = get_reasoning_parser(reasoning.name, thinking=False)
+    return MessageStream(
+        tool_parser=state.tool_parser if plan.tool_names else None,
+        reasoning_parser=reasoning,
+        tool_names=plan.tool_names,
+        streaming=streaming,
+        guard_repeats=not state.settings.allow_duplicate_tool_calls,
+    )
+
+
+class Choice:
+    """One choice's state, the same streamed or not. A chat (or Responses) choice is parsed into
+    a message (``stream``); a completions choice is the engine's text as it is (``stream`` None)."""
+
+    def __init__(self, state: ServerState, plan: RequestPlan, index: int, *, streaming: bool) -> None:
+        req = plan.request
+        self.index = index  # the API's choice index (completions: prompt * n + choice)
+        self.streaming = streaming
+        self.stream: MessageStream | None = None
+        self.legacy = False
+        self.custom: frozenset[str] = frozenset()
+        if isinstance(req, ChatCompletionRequest):
+            self.legacy = req.legacy_functions()
+            self.custom = req.custom_tool_names()  # calls answered as type "custom"
+            self.stream = _new_stream(state, plan, req, streaming=streaming)
+        self.inputs: dict[int, InputStream] = {}  # custom calls being streamed, by call index (chat framer)
+        self.tokens = 0
+        self.finish: str | None = None
+        self.logprobs: list[Any] = []  # not streamed: every chunk's logprobs
+        self.text = ""  # not streamed, unparsed: the text so far
+
+    def finish_reason(self, final: Any) -> str:
+        return finish_reason(final, length=self.finish == "length", legacy=self.legacy)
+
+
+@dataclass
+class ChoiceUpdate:
+    """What one engine chunk did to one choice: the parsed deltas (or, unparsed, the engine's
+    ``text``), and on the choice's last update its finish reason, final message and JSON
+    validation outcome."""
+
+    choice: Choice
+    deltas: list[MessageDelta]
+    text: str
+    logprobs: list[Any]
+    finish_reason: str | None = None
+    final: Any = None
+    schema_validated: str | None = None
+
+
+@dataclass
+class PromptStarted:
+    """The engine request of ``plan.prompts[index]`` starts next (completions echo it first)."""
+
+    index: int
+    prompt: Prompt
+
+
+Update = ChoiceUpdate | PromptStarted
+
+
+class Run:
+    """One run of a plan: its choices, its timer, and :meth:`updates`, the loop every framer reads."""
+
+    def __init__(self, state: ServerState, plan: RequestPlan, *, streaming: bool) -> None:
+        self.state = state
+        self.plan = plan
+        n = plan.request.n
+        self.choices = [Choice(state, plan, i, streaming=streaming) for i in range(n * len(plan.prompts))]
+        self.timer = GenerationTimer()
+        self.running: str | None = None  # the engine request in flight (until it ended cleanly)
+        self._checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
+
+    def _chunks(self, prompt: Prompt) -> AsyncGenerator[TokenChunk, None]:
+        """One engine request, or two phases when the thinking is capped."""
+        if self.plan.reasoning_budget is None:
+            return run_engine(self.state, prompt.gen)
+        return budgeted_chunks(self.state, prompt.gen, self.plan.reasoning_budget, run=run_engine)
+
+    async def _open(self, prompt: Prompt, choices: Sequence[Choice]) -> AsyncGenerator[tuple[Choice, TokenChunk], None]:
+        """The engine's chunks with their choice, for choices still open. A choice that ended at
+        a repeated call ignores the rest, and generation stops (the engine request aborted)
+        once every choice has ended."""
+        async with contextlib.aclosing(self._chunks(prompt)) as chunks:
+            async for c in chunks:
+                self.timer.on_chunk(c)
+                ch = choices[c.index]
+                ch.tokens += c.num_tokens
+                if ch.finish:  # the turn ended at a repeated call: the rest is ignored
+                    continue
+                yield ch, c
+                if all(x.finish for x in choices):
+                    break
+        if any(x.stream is not None and x.stream.repeat for x in choices):
+            await abort_shielded(self.state, [prompt.gen.request_id])  # stop generating what nobody will read
+
+    async def updates(self) -> AsyncGenerator[Update, None]:
+        """The answer as it is generated: per prompt a :class:`PromptStarted`, then one
+        :class:`ChoiceUpdate` per engine chunk."""
+        n = self.plan.request.n
+        for i, prompt in enumerate(self.plan.prompts):
+            yield PromptStarted(i, prompt)
+            self.running = prompt.gen.request_id
+            async with contextlib.aclosing(self._open(prompt, self.choices[i * n:(i + 1) * n])) as live:
+                async for ch, c in live:
+                    if not ch.streaming:
+                        ch.logprobs.extend(c.logprobs)
+                    stream = ch.stream
+                    if stream is None:  # completions: the text as the engine wrote it
+                        if not ch.streaming:
+                            ch.text += c.text
+                        ch.finish = c.finish_reason
+                        yield ChoiceUpdate(ch, [], c.text, list(c.logprobs), finish_reason=c.finish_reason)
+                        continue
+                    deltas = [d for d in (stream.feed(c.text),) if d is not None]
+                    ended = c.finish_reason or ("stop" if stream.repeat else None)
+                    if not ended:
+                        yield ChoiceUpdate(ch, deltas, c.text, list(c.logprobs))
+                        continue
+                    ch.finish = ended
+                    deltas += [d for d in (stream.finish(),) if d is not None]
+                    final, outcome = self.check(ch)
+                    yield ChoiceUpdate(ch, deltas, c.text, list(c.logprobs), finish_reason=ch.finish_reason(final),
+                                       final=final, schema_validated=outcome)
+            self.running = None
+
+    def check(self, choice: Choice) -> tuple[Any, str | None]:
+        """The finishing step of one parsed choice, the same streamed or not: tool-call outcomes
+        counted, JSON output validated against its schema. Returns the final message and that
+        outcome."""
+        assert choice.stream is not None
+        final = choice.stream.final_message()
+        self._checker.check(final, self.plan.tool_schemas)
+        outcome = None
+        if self.plan.json_schema is not None and not final.tool_calls:  # the format governs text answers only
+            outcome = validate_json_output(final.content or "", self.plan.json_schema,
+                                           finished=choice.finish != "length")
+        return final, outcome
+
+    async def to_end(self) -> list[ChoiceUpdate]:
+        """Not streamed: run to the end; the choices' last updates in the order they came. The
+        engine request in flight is aborted when this fails or is cancelled."""
+        last: list[ChoiceUpdate] = []
+        try:
+            async with contextlib.aclosing(self.updates()) as updates:
+                async for u in updates:
+                    if isinstance(u, ChoiceUpdate) and u.finish_reason:
+                        last.append(u)
+        finally:
+            self.timer.close()
+            if self.running is not None:
+                await abort_shielded(self.state, [self.running])
+        return last
+
+    def prompt_tokens(self) -> int:
+        return sum(len(p.ids) for p in self.plan.prompts)
+
+    def usage(self) -> dict[str, Any]:
+        """The answer's usage, recorded in the token counters (call once, at the end)."""
+        completion_tokens = sum(ch.tokens for ch in self.choices)
+        prompt_tokens = self.prompt_tokens()
+        self.timer.record(prompt_tokens, completion_tokens)
+        if self.plan.api == "completions":
+            return usage_dict(prompt_tokens, completion_tokens)
+        return usage_dict(prompt_tokens, completion_tokens, self._reasoning_tokens())
+
+    def _reasoning_tokens(self) -> int | None:
+        if self.state.reasoning_parser is None:
+            return None
+        total = 0
+        encode = guard_for(self.state.engine.tokenizer).encode
+        for ch in self.choices:
+            text = ch.stream.parsed.reasoning if ch.stream is not None else ""
+            if text:
+                total += len(encode(text))
+        return total

@@ -1,0 +1,137 @@
+"""server/plan: every API's request goes through build_plan once, and from route to engine the
+calls only run down the layers (tests/unit/test_layers.py checks the imports; this the calls)."""
+from __future__ import annotations
+
+import inspect
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from server.plan import RequestPlan, build_plan
+from tests.unit._front import WEATHER_SCRIPT, script
+from tests.unit.test_layers import _rank
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}
+HI = [{"role": "user", "content": "Weather in Paris?"}]
+REQUESTS: dict[str, tuple[list[str], str, dict[str, Any]]] = {
+    "chat_tools": (WEATHER_SCRIPT, "/v1/chat/completions", {"messages": HI, "tools": [WEATHER]}),
+    "json_schema": (['{"city": ', '"Paris"}'], "/v1/chat/completions", {"messages": HI, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "w", "strict": True, "schema": SCHEMA}}}),
+    "responses": (WEATHER_SCRIPT, "/v1/responses", {"input": "Weather in Paris?", "tools": [
+        {"type": "function", "name": "get_weather", "parameters": SCHEMA}]}),
+    "completions": (["Hello"], "/v1/completions", {"prompt": ["Once", "Twice"], "max_tokens": 5}),
+}
+API = {"chat_tools": "chat", "json_schema": "chat", "responses": "responses", "completions": "completions"}
+
+
+@contextmanager
+def _spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[RequestPlan]]:
+    """Every module that holds ``build_plan`` gets a recording wrapper (however it imported it)."""
+    plans: list[RequestPlan] = []
+    original = build_plan  # this module's name is patched too
+
+    def spy(*args: Any, **kwargs: Any) -> RequestPlan:
+        plan = original(*args, **kwargs)
+        plans.append(plan)
+        return plan
+
+    for module in list(sys.modules.values()):  # the dict, not getattr: lazy modules import on getattr
+        if vars(module).get("build_plan") is original:
+            monkeypatch.setattr(module, "build_plan", spy)
+    yield plans
+
+
+@pytest.mark.parametrize("name", list(REQUESTS))
+@pytest.mark.parametrize("stream", [False, True])
+def test_each_request_is_planned_once(make_app: Any, monkeypatch: pytest.MonkeyPatch, name: str, stream: bool) -> None:
+    pieces, path, body = REQUESTS[name]
+    b = make_app(script=script(pieces))
+    with _spy(monkeypatch) as plans:
+        r = b.client().post(path, json={**body, "stream": stream})
+    assert r.status_code == 200, r.text
+    [plan] = plans
+    assert plan.api == API[name]
+    # the engine ran exactly what the plan holds: its prompts, sampling and constraint
+    assert [g.request_id for g in b.engine.requests] == plan.request_ids
+    assert [g.prompt_token_ids for g in b.engine.requests] == [p.ids for p in plan.prompts]
+    assert all(g.sampling == p.gen.sampling and g.constraint == p.gen.constraint
+               for g, p in zip(b.engine.requests, plan.prompts, strict=True))
+    if name in ("chat_tools", "responses"):
+        assert plan.tools is not None and plan.tools.names == ("get_weather",) and plan.spec.tools == plan.tools
+        assert plan.tool_names == ("get_weather",)
+    if name == "json_schema":
+        assert plan.tools is None and plan.spec.response_format is not None and plan.strict
+    assert (plan.responses is not None) == (name == "responses")
+
+
+def _module(frame: FrameType) -> str:
+    return str(frame.f_globals.get("__name__", ""))
+
+
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+@contextmanager
+def _calls() -> Iterator[set[tuple[str | None, str]]]:
+    """(caller, callee) server modules of every plain function call, in every thread (the route's,
+    and the worker that builds the plan). Generators and coroutines are left out: their resumption
+    by whoever iterates them (the stream guard iterating a framer) is not a call down."""
+    edges: set[tuple[str | None, str]] = set()  # (None, m): m entered from outside the server (a worker thread)
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event != "call" or frame.f_code.co_flags & _RESUMABLE:
+            return
+        callee = _module(frame)
+        if not callee.startswith("server."):
+            return
+        up = frame.f_back
+        while up is not None and not _module(up).startswith("server."):
+            up = up.f_back
+        caller = None if up is None else _module(up)
+        if caller != callee:
+            edges.add((caller, callee))
+
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    try:
+        yield edges
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", list(REQUESTS))
+def test_route_to_engine_runs_down_the_layers(make_app: Any, name: str) -> None:
+    pieces, path, body = REQUESTS[name]
+    b = make_app(script=script(pieces))
+    client = b.client()
+    client.post(path, json=body)  # warm: the grammar compile and lazy imports are not this request's path
+    for stream in (False, True):
+        with _calls() as edges:
+            r = client.post(path, json={**body, "stream": stream})
+        assert r.status_code == 200, r.text
+        up = sorted((a, c) for a, c in edges if a is not None and _rank(c) > _rank(a))
+        assert not up, f"calls up the layers: {up}"
+        assert (None, "server.plan.build") in edges  # build_plan, in the worker thread the route sends it to
+        framer = {"chat": "chat_frames", "responses": "response_frames", "completions": "completion_frames"}[API[name]]
+        assert any(f"server.plan.{framer}" in e for e in edges)
+        assert any(c.startswith("server.engine.") for _, c in edges)
+
+
+def test_plan_holds_the_sampling_once_for_every_api(make_app: Any) -> None:
+    """Chat and completions build ``Sampling`` in one place: the same values give the same sampling."""
+    from server.protocol import ChatCompletionRequest, CompletionRequest
+
+    b = make_app()
+    values = {"temperature": 0.5, "top_p": 0.9, "n": 2, "seed": 7, "stop": ["x"], "presence_penalty": 0.1,
+              "frequency_penalty": 0.2, "max_tokens": 9, "logit_bias": {"65": 1.0}}
+    chat = build_plan(b.state, ChatCompletionRequest.model_validate({"messages": HI, **values}))
+    text = build_plan(b.state, CompletionRequest.model_validate({"prompt": "Hi", **values}))
+    assert chat.sampling == text.sampling
+
