@@ -538,6 +538,16 @@ class MessageStream:
         return calls
 
 
+def _apply(sent: Parsed, delta: MessageDelta, first: int) -> Parsed:
+    """``sent`` with ``delta``'s argument fragments appended (call indices counted from ``first``),
+    so what was sent stays the record of every delta returned."""
+    calls = list(sent.tool_calls)
+    for part in delta.tool_calls:
+        call = calls[part.index - first]
+        calls[part.index - first] = ToolCallPart(call.name, call.arguments + (part.arguments or ""), call.complete)
+    return Parsed(sent.reasoning, sent.content, tuple(calls), sent.tool_call_ids)
+
+
 def _arguments_value(arguments: str) -> object:
     """Arguments as parsed JSON for comparison ("" is {}); unparsable text compares as text."""
     try:
