@@ -60,6 +60,7 @@ def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionReques
         tool_parser=state.tool_parser if plan.tool_names else None,
         reasoning_parser=reasoning,
         tool_names=plan.tool_names,
+        tool_schemas=plan.tool_schemas or None,  # families with typed, non-JSON arguments read them
         streaming=streaming,
         guard_repeats=not state.settings.allow_duplicate_tool_calls,
     )

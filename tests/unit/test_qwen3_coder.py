@@ -164,8 +164,6 @@ def test_multi_turn_history_renders_calls_and_results(qwen_app: Any) -> None:
     assert "<tool_response>\n78.54\n</tool_response>" in prompt
 
 
-@pytest.mark.xfail(strict=True, reason="the server's MessageStream is not yet given tool_schemas "
-                   "(server/plan/chat_frames.py::_new_stream, under #24's restructure): typed values come back as text")
 def test_end_to_end_types_arguments_by_schema(qwen_app: Any) -> None:
     built = qwen_app(_pieces(CALLS["tool_with_typed_params"]))
     r = built.client().post(CHAT, json={"messages": [{"role": "user", "content": "Area?"}], "tools": [WEATHER, AREA]})
