@@ -104,6 +104,10 @@ class Settings:
         1, "tokens the engine gathers per streamed update (as vLLM's flag): 1 sends every token at once; "
         "more means fewer, larger SSE events (the engine still hands over every token, so the front end's "
         "CPU per token stays about the same: docs/performance.md)", type=_at_least_one)
+    api_server_count: int = option(
+        1, "front-end (API) processes on one port sharing one engine core (vLLM's flag): HTTP, SSE, "
+        "parsing and output handling on N cores instead of one (docs/performance.md, 'Several API processes')",
+        type=_at_least_one)
     seed: int = option(0, "the engine's default seed", type=int)
     max_concurrent_requests: int = option(0, "beyond this, answer 429 (0: unlimited)", type=int)
     max_request_bytes: int = option(4 * 1024 * 1024, "larger request bodies get 413", type=int)

@@ -41,8 +41,11 @@ ITL = Histogram("gramserve_inter_token_latency_seconds", "Time between generated
 QUEUE_TIME = Histogram("gramserve_queue_time_seconds", "Time a request waited in the engine queue.", buckets=_LATENCY)
 PROMPT_TOKENS = Counter("gramserve_prompt_tokens", "Prompt tokens processed.")
 COMPLETION_TOKENS = Counter("gramserve_completion_tokens", "Completion tokens generated.")
-RUNNING = Gauge("gramserve_requests_running", "Generation requests in flight in this server.")
-WAITING = Gauge("gramserve_requests_waiting", "Generation requests that have no token yet (queued in the engine or prefilling).")
+# livesum: with several API processes (--api-server-count), /metrics shows the sum over live ones
+RUNNING = Gauge("gramserve_requests_running", "Generation requests in flight in this server.",
+                multiprocess_mode="livesum")
+WAITING = Gauge("gramserve_requests_waiting", "Generation requests that have no token yet (queued in the engine or "
+                "prefilling).", multiprocess_mode="livesum")
 GRAMMAR_COMPILE = Histogram(
     "gramserve_grammar_compile_seconds", "Structured-output grammar compile time (cache misses).", buckets=_FAST + (10, 30)
 )

@@ -23,7 +23,7 @@ from server.engine.vllm_plugin import ENV_FLAG as ENGINE_PLUGIN_FLAG
 from server.logs import configure_logging
 from server.state import ServerState
 
-__all__ = ["serve", "build_state", "apply_platform_defaults", "freeze_startup_heap"]
+__all__ = ["serve", "serve_api_process", "engine_options", "build_state", "apply_platform_defaults", "freeze_startup_heap"]
 
 log = logging.getLogger("gramserve")
 
@@ -58,26 +58,18 @@ def apply_platform_defaults(settings: Settings) -> dict[str, Any]:
     }
 
 
-def build_state(settings: Settings) -> ServerState:
-    from chat_templates import BUILTIN_TEMPLATES
-    from reasoning_parsers import get_reasoning_parser
-    from tool_parsers import detect_tool_parser, get_tool_parser
-
-    from server.engine.vllm_engine import EngineOptions, VllmEngine
-    from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
-    from server.chat.prompt_tokens import guard_for
-    from server.chat.render import ChatRenderer
+def engine_options(settings: Settings) -> Any:
+    """The engine's options for these settings (the embedded model when none is given): one place,
+    for this process's engine and for the engine core several API processes share."""
+    from server.engine.vllm_engine import EngineOptions
 
     defaults = apply_platform_defaults(settings)
     model = settings.model
-    default_template = None
     if model is None:
         from server.default_model import ensure_default_model
 
         model = str(ensure_default_model())
-        default_template = "hermes"
-    t0 = time.perf_counter()
-    engine = VllmEngine(EngineOptions(
+    return EngineOptions(
         model=model,
         served_model_name=settings.model_name,
         max_model_len=defaults["max_model_len"],
@@ -94,7 +86,25 @@ def build_state(settings: Settings) -> ServerState:
         enable_chunked_prefill=defaults["enable_chunked_prefill"],
         max_num_batched_tokens=defaults["max_num_batched_tokens"],
         break_loops=settings.loop_breaker,
-    ))
+    )
+
+
+def build_state(settings: Settings, *, engine_client: dict[str, Any] | None = None) -> ServerState:
+    """``engine_client``: this process is one of several API processes (server/api_servers.py)."""
+    from chat_templates import BUILTIN_TEMPLATES
+    from reasoning_parsers import get_reasoning_parser
+    from tool_parsers import detect_tool_parser, get_tool_parser
+
+    from server.engine.vllm_engine import VllmEngine
+    from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
+    from server.chat.prompt_tokens import guard_for
+    from server.chat.render import ChatRenderer
+
+    options = engine_options(settings)
+    model = options.model
+    default_template = "hermes" if settings.model is None else None
+    t0 = time.perf_counter()
+    engine = VllmEngine(options, client=engine_client)
     log.info("engine ready", extra={"seconds": round(time.perf_counter() - t0, 1), "model": model})
     renderer = ChatRenderer.from_model(
         model_dir_or_tokenizer=model if Path(model).exists() else engine.tokenizer,
@@ -163,12 +173,14 @@ async def _watch_engine(state: ServerState, server: _Server) -> None:
             return
 
 
-async def _serve(settings: Settings) -> int:
+async def _serve(settings: Settings, *, sock: Any = None, engine_client: dict[str, Any] | None = None) -> int:
+    """Serve until drained or the engine dies; ``sock`` and ``engine_client``: one of several API
+    processes, on the listening socket and engine core they share (server/api_servers.py)."""
     from server.api.app import create_app
     from server.api.http_protocol import EnvelopeHTTPProtocol
     from server.structured.precompile import precompile_file
 
-    state = build_state(settings)
+    state = build_state(settings, engine_client=engine_client)
     if settings.precompile:
         precompile_file(state, Path(settings.precompile))
     from server.metrics import init_labels
@@ -184,7 +196,7 @@ async def _serve(settings: Settings) -> int:
     watcher = asyncio.ensure_future(_watch_engine(state, server))
     log.info("serving", extra={"host": settings.host, "port": settings.port, "model": state.engine.model_name})
     try:
-        await server.serve()
+        await server.serve(sockets=[sock] if sock is not None else None)
     finally:
         watcher.cancel()
         await state.engine.shutdown()
@@ -208,4 +220,14 @@ def freeze_startup_heap() -> int:
 
 def serve(settings: Settings) -> int:
     configure_logging()
+    if settings.api_server_count > 1:
+        from server.api_servers import serve_api_servers
+
+        return serve_api_servers(settings)
     return asyncio.run(_serve(settings))
+
+
+def serve_api_process(settings: Settings, sock: Any, engine_client: dict[str, Any]) -> int:
+    """One of ``--api-server-count`` API processes: this package's whole server on a shared socket."""
+    configure_logging()
+    return asyncio.run(_serve(settings, sock=sock, engine_client=engine_client))

@@ -25,7 +25,7 @@ from server.engine.loop_breaker import EXTRA_ARG as BREAK_LOOPS
 from server.engine.loop_breaker import FQCN as LOOP_BREAKER
 from server.lru import BoundedLRU
 
-__all__ = ["EngineOptions", "VllmEngine", "remember_validated_grammars", "structured_outputs_params"]
+__all__ = ["EngineOptions", "VllmEngine", "engine_config", "remember_validated_grammars", "structured_outputs_params"]
 
 log = logging.getLogger("gramserve.engine")
 
@@ -52,50 +52,65 @@ class EngineOptions:
     break_loops: bool = False  # close JSON values the model repeats without end (loop_breaker.py)
 
 
+def engine_config(options: EngineOptions, *, api_processes: int = 1, api_rank: int = 0) -> Any:
+    """vLLM's config for these options: built once per process, and by the parent of several API
+    processes (``--api-server-count``) with ``api_rank=-1`` to launch the one engine core they share."""
+    from vllm.config import StructuredOutputsConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.usage.usage_lib import UsageContext
+
+    args = AsyncEngineArgs(
+        model=options.model,
+        tokenizer=options.tokenizer,
+        served_model_name=[options.served_model_name],
+        max_model_len=options.max_model_len,  # type: ignore[arg-type]  # None: the model's own
+        dtype=options.dtype,  # type: ignore[arg-type]  # checked by vLLM's own argument parsing
+        tensor_parallel_size=options.tensor_parallel_size,
+        pipeline_parallel_size=options.pipeline_parallel_size,
+        distributed_executor_backend=options.distributed_executor_backend,
+        gpu_memory_utilization=options.gpu_memory_utilization,
+        enforce_eager=options.enforce_eager,
+        seed=options.seed,
+        max_num_seqs=options.max_num_seqs,
+        stream_interval=options.stream_interval,
+        max_logprobs=options.max_logprobs,
+        trust_remote_code=options.trust_remote_code,
+        enable_chunked_prefill=options.enable_chunked_prefill,
+        max_num_batched_tokens=options.max_num_batched_tokens,
+        # Compact JSON: no free whitespace for a small model to loop in.
+        structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
+        generation_config="vllm",  # our defaults, not the model's sampling overrides
+        enable_log_requests=False,
+    )
+    args._api_process_count, args._api_process_rank = api_processes, api_rank  # as vLLM's own API servers
+    config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)  # once: the breaker's check reads it
+    if options.break_loops and _runs_v1_model_runner(config):
+        config.model_config.logits_processors = [LOOP_BREAKER]
+    return config
+
+
 class VllmEngine:
     """Adapter from our types to vLLM's AsyncLLM."""
 
-    def __init__(self, options: EngineOptions) -> None:
-        from vllm.config import StructuredOutputsConfig
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.usage.usage_lib import UsageContext
+    def __init__(self, options: EngineOptions, *, client: dict[str, Any] | None = None) -> None:
+        """``client``: vLLM's client config of one of several API processes sharing an engine core
+        (addresses, ``client_count``, ``client_index``: server/api_servers.py); None starts our own."""
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        args = AsyncEngineArgs(
-            model=options.model,
-            tokenizer=options.tokenizer,
-            served_model_name=[options.served_model_name],
-            max_model_len=options.max_model_len,  # type: ignore[arg-type]  # None: the model's own
-            dtype=options.dtype,  # type: ignore[arg-type]  # checked by vLLM's own argument parsing
-            tensor_parallel_size=options.tensor_parallel_size,
-            pipeline_parallel_size=options.pipeline_parallel_size,
-            distributed_executor_backend=options.distributed_executor_backend,
-            gpu_memory_utilization=options.gpu_memory_utilization,
-            enforce_eager=options.enforce_eager,
-            seed=options.seed,
-            max_num_seqs=options.max_num_seqs,
-            stream_interval=options.stream_interval,
-            max_logprobs=options.max_logprobs,
-            trust_remote_code=options.trust_remote_code,
-            enable_chunked_prefill=options.enable_chunked_prefill,
-            max_num_batched_tokens=options.max_num_batched_tokens,
-            # Compact JSON: no free whitespace for a small model to loop in.
-            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
-            generation_config="vllm",  # our defaults, not the model's sampling overrides
-            enable_log_requests=False,
-        )
         remember_validated_grammars()
-        config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)  # once: the breaker's check reads it
-        self._break_loops = options.break_loops and _runs_v1_model_runner(config)
-        if self._break_loops:
-            config.model_config.logits_processors = [LOOP_BREAKER]
+        client = dict(client or {})
+        count, index = client.pop("client_count", 1), client.pop("client_index", 0)
+        client.pop("api_server_loads", None)  # vLLM's accept balancing: uvicorn here accepts as it can
+        config = engine_config(options, api_processes=count, api_rank=index)
+        self._break_loops = LOOP_BREAKER in (config.model_config.logits_processors or ())
         # vLLM's Prometheus metrics (exported on /metrics), recorded when read (vllm_stats.py), and
         # not its LoggingStatLogger: that one records every engine step for a periodic log line
         # only vLLM's own server triggers (do_log_stats), so here it was per-token work for nothing.
         from server.engine.vllm_stats import CoalescingStatLogger
 
         self._llm = AsyncLLM.from_vllm_config(config, enable_log_requests=False, disable_log_stats=True,
-                                              stat_loggers=[CoalescingStatLogger])
+                                              stat_loggers=[CoalescingStatLogger], client_addresses=client or None,
+                                              client_count=count, client_index=index)
         manager = self._llm.logger_manager
         self._stat_loggers = [x for x in getattr(manager, "stat_loggers", ()) if hasattr(x, "flush")]
         self.model_name = options.served_model_name

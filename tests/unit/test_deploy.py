@@ -517,3 +517,12 @@ def test_dashboard_vllm_metrics_exist_in_installed_vllm() -> None:
     for name, kind in VLLM_METRICS.items():
         declared = name.removesuffix("_total") if kind == "counter" else name
         assert f'"{declared}"' in source, f"vLLM does not declare {declared}"
+
+
+@pytest.mark.parametrize("overlay", ["gpu", "gpu-tp"])
+def test_gpu_overlays_run_an_api_process_per_core_but_the_engine_s(overlay: str) -> None:
+    """--api-server-count from the pod's cores: its CPU request less one core for the engine core."""
+    objs = render(overlay)
+    (container,) = _all_containers(objs)
+    cores = int(container["resources"]["requests"]["cpu"])
+    assert int(_config(objs)["GRAMSERVE_API_SERVER_COUNT"]) == cores - 1 >= 1
