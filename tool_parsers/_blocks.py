@@ -3,11 +3,14 @@ find each block, keep the text between blocks as content, turn a block that brea
 up to its end marker, and checkpoint between blocks. A family supplies what a block holds."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 from ._content import ContentBuilder, malformed_block, next_marker
-from ._scan import JsonError
+from ._calls import named_arguments
+from ._scan import JsonError, skip_ws
 from .base import Checkpoint, ParsedTools, ToolCallPart, ToolParser
 
-__all__ = ["BlockToolParser"]
+__all__ = ["BlockToolParser", "SectionToolParser"]
 
 
 class BlockToolParser(ToolParser):
@@ -64,3 +67,63 @@ class BlockToolParser(ToolParser):
         """Where content resumes after a block's calls ended at ``end``, and whether the block is
         closed there (what follows cannot change it)."""
         return end, True
+
+
+class SectionToolParser(BlockToolParser):
+    """A section (``start`` .. ``end``) of calls, each ``call_open`` + header + JSON arguments +
+    closing text (DeepSeek, Kimi K2). A family reads its header (:meth:`_header`). A section
+    the text cuts off keeps the calls it completed; no ``end`` after complete calls at the
+    final parse still leaves them calls."""
+
+    call_open: ClassVar[str]
+
+    def _header(self, text: str, p: int, *, final: bool) -> tuple[str | None, int | None, str]:
+        """The call's name (None: not known yet), where its arguments start (None: cut off while
+        streaming) and the text that closes the call; :class:`JsonError` when malformed."""
+        raise NotImplementedError
+
+    def _block(self, text: str, body: int, *, final: bool, errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
+        calls: list[ToolCallPart] = []
+        p = body
+        while True:
+            p = skip_ws(text, p)
+            if text.startswith(self.call_open, p):
+                try:
+                    call, end = self._call(text, p + len(self.call_open), final=final)
+                except JsonError:
+                    if not calls or not final:
+                        raise
+                    errors.append(f"{self.name}: the text ends inside a tool call at offset {p}; kept as content")
+                    return calls, p
+                calls.append(call)
+                if end is None:
+                    return calls, None
+                p = end
+            elif text.startswith(self.end, p):
+                if not calls:
+                    raise JsonError("a tool-call section without calls", p)
+                return calls, p + len(self.end)
+            elif not final and (self.call_open.startswith(text[p:]) or self.end.startswith(text[p:])):
+                return calls or [ToolCallPart(None, "", False)], None
+            elif calls and p >= len(text):
+                return calls, p  # no closing marker at the end: the calls still stand
+            else:
+                raise JsonError(f"expected {self.call_open} or {self.end}", p)
+
+    def _call(self, text: str, p: int, *, final: bool) -> tuple[ToolCallPart, int | None]:
+        """The call whose header starts at ``p`` and where it ends (None: cut off while streaming)."""
+        name, q, closing = self._header(text, p, final=final)
+        if q is None:
+            return ToolCallPart(name, "", False), None
+        call, end = named_arguments(text, name, skip_ws(text, q), final=final)
+        if end is None:
+            return call, None
+        r = end if closing[:1].isspace() else skip_ws(text, end)
+        if text.startswith(closing, r):
+            return call, r + len(closing)
+        if not final and closing.startswith(text[r:]):
+            return call, None  # the closing marker is still to come
+        if final and r >= len(text):
+            return call, r  # cut right after the arguments: the call stands
+        raise JsonError(f"expected {closing!r} after the arguments", r)
+

@@ -7,10 +7,10 @@ text cuts off keeps the calls it completed (the cut call's text becomes content)
 """
 from __future__ import annotations
 
-from ._scan import CallObject, JsonError, scan_array, scan_call_object, skip_ws, unwrap_string_arguments
+from ._scan import CallObject, JsonError, scan_array, scan_call_object, scan_value, skip_ws, unwrap_string_arguments
 from .base import ToolCallPart
 
-__all__ = ["call_array", "call_objects"]
+__all__ = ["call_array", "call_objects", "named_arguments"]
 
 _SEPARATOR = ","  # between two call objects of one run (whitespace always allowed)
 
@@ -88,3 +88,20 @@ def _items(text: str, items: tuple[tuple[int, int | None], ...] | list[tuple[int
             raise JsonError('a tool call has no "name"', start)
         calls.append(_part(obj, unwrap=unwrap))
     return calls
+
+
+def named_arguments(text: str, name: str | None, q: int, *, final: bool) -> tuple[ToolCallPart, int | None]:
+    """The call ``name`` whose JSON object arguments start at ``q`` (after a marker or name, as in
+    Mistral v11+, DeepSeek, Kimi) and where they end (None: cut off while streaming)."""
+    if q >= len(text):
+        if final:
+            raise JsonError("the text ends before the arguments", q)
+        return ToolCallPart(name, "", False), None
+    if text[q] != "{":
+        raise JsonError("expected '{' after the tool name", q)
+    end = scan_value(text, q)
+    if end is None:
+        if final:
+            raise JsonError("the text ends inside the arguments", len(text))
+        return ToolCallPart(name, text[q:], False), None
+    return ToolCallPart(name, text[q:end], True), end

@@ -22,6 +22,7 @@ __all__ = [
     "scan_object",
     "scan_array",
     "partial_marker_start",
+    "marked_name_end",
     "decode_string",
     "CallObject",
     "scan_call_object",
@@ -408,3 +409,19 @@ def unwrap_string_arguments(arguments: str) -> str:
     except ValueError:
         pass
     return arguments
+
+
+def marked_name_end(text: str, p: int, stop: str, bad: re.Pattern[str], *, final: bool) -> int | None:
+    """Where the name at ``p`` ends (at ``stop``); None: cut off while streaming. :class:`JsonError`
+    when a character ``bad`` matches comes first (a partial ``stop`` at the end is waited for)."""
+    q = text.find(stop, p)
+    hit = bad.search(text, p, len(text) if q < 0 else q)
+    if hit is not None and not (q < 0 and not final and stop.startswith(text[hit.start():])):
+        raise JsonError("expected a tool name", hit.start())
+    if q < 0:
+        if final:
+            raise JsonError("the text ends inside the tool name", len(text))
+        return None
+    if q == p:
+        raise JsonError("empty tool name", p)
+    return q

@@ -25,8 +25,8 @@ import re
 from typing import ClassVar
 
 from ._content import ContentBuilder, next_marker
-from ._calls import call_array, call_objects
-from ._scan import JsonError, partial_marker_start, scan_value, skip_ws
+from ._calls import call_array, call_objects, named_arguments
+from ._scan import JsonError, partial_marker_start, skip_ws
 from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["MistralToolParser", "V11_FORMAT", "V13_FORMAT", "mistral_tool_call_id", "FAMILIES"]
@@ -106,18 +106,8 @@ class MistralToolParser(ToolParser):
             q += len(self.args_marker)
         elif self.args_marker.startswith(text[q:]) and not final:
             return [ToolCallPart(name, "", False)], None
-        if q >= len(text):
-            if final:
-                raise JsonError("the text ends before the arguments", q)
-            return [ToolCallPart(name, "", False)], None
-        if text[q] != "{":
-            raise JsonError("expected '{' after the tool name", q)
-        end = scan_value(text, q)
-        if end is None:
-            if final:
-                raise JsonError("the text ends inside the arguments", len(text))
-            return [ToolCallPart(name, text[q:], False)], None
-        return [ToolCallPart(name, text[q:end], True)], end
+        call, end = named_arguments(text, name, q, final=final)
+        return [call], end
 
 
 V11_FORMAT = CallFormat(  # [TOOL_CALLS]name{arguments}

@@ -8,12 +8,14 @@ import json
 from typing import Any
 
 from reasoning_parsers import get_reasoning_parser
+from tests.unit._front import CHAT, events, stream_raw
 from tests.unit.parser_contract import TESTDATA, check_agree, chunkings, run_nonstream, run_stream, same_text
 from tool_parsers import get_tool_parser
 from tool_parsers.message_stream import FinalMessage, MessageStream
 from tool_parsers.replay import tool_schemas
 
-__all__ = ["load_family", "check_case", "grammar_accepts"]
+__all__ = ["load_family", "check_case", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
+           "TEMPLATES"]
 
 
 def load_family(name: str) -> dict[str, Any]:
@@ -73,3 +75,52 @@ def grammar_accepts(parser: str, tools: list[dict[str, Any]], text: str, *, tool
 
 
 _COMPILED: dict[str, Any] = {}
+
+
+TEMPLATES = TESTDATA / "templates"  # vendored chat templates of families that ship none as a built-in
+
+
+def family_app(make_app: Any, model_dir: Any, *, template: str, parser: str, reasoning: str | None = None) -> Any:
+    """``build(pieces)``: an app serving ``parser`` with chat template ``template`` (a built-in name or
+    a file) over the scripted engine, SmolLM2's tokenizer standing in for the family's own."""
+    from server.chat.render import ChatRenderer
+
+    renderer = ChatRenderer.from_model(model_dir_or_tokenizer=str(model_dir), chat_template=template)
+
+    def build(script: list[str]) -> Any:
+        built = make_app(script=lambda req: list(script), tool_parser=parser, reasoning_parser=reasoning)
+        built.state.renderer = renderer
+        return built
+
+    return build
+
+
+def pieces(text: str, size: int = 5) -> list[str]:
+    """The text as the engine's chunks."""
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def stream_calls(raw: str) -> tuple[str, list[tuple[str, Any]]]:
+    """Content and (name, arguments) calls rebuilt from an SSE chat stream."""
+    content, calls = "", {}
+    for event in events(raw):
+        if event == "[DONE]" or not event["choices"]:
+            continue
+        delta = event["choices"][0]["delta"]
+        content += delta.get("content") or ""
+        for tc in delta.get("tool_calls") or ():
+            entry = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
+            entry["name"] += tc["function"].get("name") or ""
+            entry["arguments"] += tc["function"].get("arguments") or ""
+    return content, [(c["name"], json.loads(c["arguments"])) for c in calls.values()]
+
+
+def reply_calls(client: Any, body: dict[str, Any], *, stream: bool) -> tuple[str, list[tuple[str, Any]]]:
+    """Content and calls of one chat request, streamed or not."""
+    if stream:
+        return stream_calls(stream_raw(client, **body))
+    r = client.post(CHAT, json=body)
+    assert r.status_code == 200, r.text
+    msg = r.json()["choices"][0]["message"]
+    calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"] or ()]
+    return msg["content"] or "", calls

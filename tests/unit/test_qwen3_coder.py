@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit._front import CHAT, events, stream_raw
-from tests.unit.family_cases import check_case, grammar_accepts, load_family
+from tests.unit._front import CHAT, stream_raw
+from tests.unit.family_cases import check_case, grammar_accepts, load_family, pieces, stream_calls
 from tool_parsers import detect_tool_parser, get_family
 from tool_parsers.replay import stream_output
 
@@ -98,24 +98,6 @@ def qwen_app(make_app: Any, hf_model_dir: Any) -> Any:
     return build
 
 
-def _pieces(text: str, size: int = 5) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)]
-
-
-def _stream_calls(raw: str) -> tuple[str, list[tuple[str, Any]]]:
-    content, calls = "", {}
-    for event in events(raw):
-        if event == "[DONE]" or not event["choices"]:
-            continue
-        delta = event["choices"][0]["delta"]
-        content += delta.get("content") or ""
-        for tc in delta.get("tool_calls") or ():
-            entry = calls.setdefault(tc["index"], {"name": "", "arguments": ""})
-            entry["name"] += tc["function"].get("name") or ""
-            entry["arguments"] += tc["function"].get("arguments") or ""
-    return content, [(c["name"], json.loads(c["arguments"])) for c in calls.values()]
-
-
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("choice", ["auto", "required", "named"])
 def test_end_to_end_through_the_template_and_fake_engine(qwen_app: Any, grammar_cache: Any, stream: bool,
@@ -124,13 +106,13 @@ def test_end_to_end_through_the_template_and_fake_engine(qwen_app: Any, grammar_
     tool_choice = {"type": "function", "function": {"name": "get_current_weather"}} if choice == "named" else choice
     if choice == "named":
         text = CALLS["single_tool"]
-    built = qwen_app(_pieces(text))
+    built = qwen_app(pieces(text))
     messages = [{"role": "user", "content": "Weather in Dallas?"}]
     body = {"messages": messages, "tools": [WEATHER, AREA], "tool_choice": tool_choice, "max_tokens": 400}
     request = built.engine.requests
     client = built.client()
     if stream:
-        content, calls = _stream_calls(stream_raw(client, **body))
+        content, calls = stream_calls(stream_raw(client, **body))
     else:
         r = client.post(CHAT, json=body)
         assert r.status_code == 200, r.text
@@ -165,7 +147,7 @@ def test_multi_turn_history_renders_calls_and_results(qwen_app: Any) -> None:
 
 
 def test_end_to_end_types_arguments_by_schema(qwen_app: Any) -> None:
-    built = qwen_app(_pieces(CALLS["tool_with_typed_params"]))
+    built = qwen_app(pieces(CALLS["tool_with_typed_params"]))
     r = built.client().post(CHAT, json={"messages": [{"role": "user", "content": "Area?"}], "tools": [WEATHER, AREA]})
     args = json.loads(r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
     assert args == {"shape": "circle", "dimensions": {"radius": 15.5}, "precision": 3}
