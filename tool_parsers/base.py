@@ -103,11 +103,13 @@ class CallFormat:
     # such as "qwen_xml" for <parameter=k>v</parameter>); the schema is enforced either way.
     arguments_style: str = "json"
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"],
-                       parallel: bool) -> dict[str, Any] | None:
+    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
+                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
         """The family's own structural-tag ``format`` for calls of ``tools`` ((name, arguments
-        schema) pairs), for formats the pieces above cannot describe (channels, pythonic calls).
-        None (the default): the constraint builder assembles the pieces."""
+        schema) pairs), for formats the pieces above cannot describe (channels, pythonic calls,
+        call indexes). ``arguments(schema)`` is the builder's format for one call's arguments in
+        ``arguments_style`` (so every family bounds whitespace alike). None (the default): the
+        constraint builder assembles the pieces."""
         return None
 
 

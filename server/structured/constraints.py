@@ -180,7 +180,8 @@ def tool_call_format(
     formats read only at the start: the calls, or free text without the trigger.
     required: one or more calls and nothing else. ``parallel`` False: exactly one call at most.
     """
-    own = fmt.structural_tag(tools, mode=mode, parallel=parallel)  # a family that owns its grammar
+    own = fmt.structural_tag(tools, mode=mode, parallel=parallel,  # a family that owns its grammar
+                             arguments=lambda schema: _json_format(schema, fmt.arguments_style))
     if own is not None:
         return own
     calls = [(_call_begin(fmt, n), _json_format(s, fmt.arguments_style)) for n, s in tools]

@@ -110,6 +110,10 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
     if fmt in ("qwen3_coder", "qwen3_xml"):  # XML parameters, as Qwen3-Coder's template writes them
         return "\n".join(f"<tool_call>\n<function={n}>\n{_xml_parameters(a)}</function>\n</tool_call>"
                          for n, a in calls)
+    if fmt == "kimi_k2":  # each call's index counts up
+        return ("<|tool_calls_section_begin|>" + "".join(
+            f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{a}<|tool_call_end|>"
+            for i, (n, a) in enumerate(calls)) + "<|tool_calls_section_end|>")
     if fmt in ("deepseek_v31", "deepseek_v3"):  # the pieces are DeepSeek's whole format
         f = get_tool_parser(fmt).format
         return f.section_begin + "".join(f.call_begin + n + f.name_end + a + f.call_end for n, a in calls) + f.section_end

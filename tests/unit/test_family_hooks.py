@@ -27,16 +27,17 @@ def test_arguments_style_reaches_the_structural_tag() -> None:
 
 @dataclass(frozen=True)
 class _OwnFormat(CallFormat):
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"],
-                       parallel: bool) -> dict[str, Any] | None:
-        return {"type": "const_string", "value": f"{mode}:{parallel}:{','.join(n for n, _ in tools)}"}
+    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
+                       arguments: Any) -> dict[str, Any] | None:
+        styled = arguments(tools[0][1])["type"]  # the builder's own arguments format, offered to the family
+        return {"type": "const_string", "value": f"{mode}:{parallel}:{','.join(n for n, _ in tools)}:{styled}"}
 
 
 def test_a_family_structural_tag_replaces_the_assembled_one() -> None:
     own = _OwnFormat(trigger="<c>", section_begin="", call_begin="<c>", name_end=">", call_end="</c>",
                      separator="", section_end="")
     assert tool_call_format(own, [WEATHER], mode="auto", parallel=True) == {
-        "type": "const_string", "value": "auto:True:get_weather"}
+        "type": "const_string", "value": "auto:True:get_weather:json_schema"}
 
 
 class _Upper(ToolParser):
