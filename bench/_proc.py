@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ProcStat", "CpuSample", "parse_stat", "read_stat", "descendants", "cpu_sample", "listening_pid"]
+__all__ = ["API_PROCESS_NAMES", "ProcStat", "CpuSample", "parse_stat", "read_stat", "descendants", "cpu_sample", "listening_pid"]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROC = Path("/proc")
@@ -93,14 +93,23 @@ def descendants(pid: int, stats: list[ProcStat]) -> list[ProcStat]:
     return found
 
 
+# process names (comm, 15 characters) of the API processes of a server run with --api-server-count > 1:
+# gramserve's and vLLM's; their CPU is the front end's, not the engine's
+API_PROCESS_NAMES = ("VLLM::gramserve", "VLLM::APIServer")
+
+
 def cpu_sample(pid: int, proc: Path = PROC) -> CpuSample:
-    """CPU seconds of ``pid`` itself and of each live descendant, now."""
+    """CPU seconds of ``pid`` itself (with its API processes, when it has several) and of each other
+    live descendant, now."""
     stats = _all_stats(proc)
     own = next((s for s in stats if s.pid == pid), None)
     if own is None:
         raise ProcessLookupError(f"no process {pid}: pass the server's pid with --server-pid")
-    return CpuSample(own=own.cpu_seconds, children={s.pid: s.cpu_seconds for s in descendants(pid, stats)},
-                     own_system=own.system_seconds)
+    below = descendants(pid, stats)
+    api = [s for s in below if s.comm.startswith(API_PROCESS_NAMES)]
+    return CpuSample(own=own.cpu_seconds + sum(s.cpu_seconds for s in api),
+                     children={s.pid: s.cpu_seconds for s in below if s not in api},
+                     own_system=own.system_seconds + sum(s.system_seconds for s in api))
 
 
 def listening_pid(port: int) -> int | None:

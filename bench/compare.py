@@ -62,8 +62,9 @@ class EngineFlags:
     """The engine settings every target gets (gramserve's CPU defaults, spelled out)."""
 
     def __init__(self, *, max_model_len: int, kv_cache_gib: float, max_num_seqs: int | None,
-                 stream_interval: int = 1, model: Path | None = None) -> None:
+                 stream_interval: int = 1, model: Path | None = None, api_server_count: int = 1) -> None:
         self.model = model  # None: gramserve's embedded default
+        self.api_server_count = api_server_count
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
         self.max_num_seqs = max_num_seqs
@@ -72,7 +73,8 @@ class EngineFlags:
     def _common(self) -> list[str]:
         """Flags both servers spell the same way."""
         return ((["--max-num-seqs", str(self.max_num_seqs)] if self.max_num_seqs else [])
-                + (["--stream-interval", str(self.stream_interval)] if self.stream_interval > 1 else []))
+                + (["--stream-interval", str(self.stream_interval)] if self.stream_interval > 1 else [])
+                + (["--api-server-count", str(self.api_server_count)] if self.api_server_count > 1 else []))
 
     def gramserve_args(self) -> list[str]:
         args = ["--max-model-len", str(self.max_model_len), "--kv-cache-space", f"{self.kv_cache_gib:g}",
@@ -112,7 +114,9 @@ def gramserve_cmd(port: int, flags: EngineFlags) -> list[str]:
 
 
 def vllm_cmd(port: int, flags: EngineFlags, model: Path) -> list[str]:
-    return [str(PY), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+    # vLLM's api_server entry point runs one API process; bench.vllm_server takes `vllm serve`'s path
+    entry = "bench.vllm_server" if flags.api_server_count > 1 else "vllm.entrypoints.openai.api_server"
+    return [str(PY), "-m", entry, "--model", str(model),
             "--served-model-name", MODEL_NAME, "--host", "127.0.0.1", "--port", str(port),
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
             "--chat-template", str(REPO / "chat_templates" / "hermes.jinja"), *flags.vllm_args()]
@@ -352,6 +356,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--model", default="smollm2", choices=MODELS,
                     help="standin: a 1-layer random Llama with SmolLM2's tokenizer (bench/standin.py), the same "
                          "real engine at thousands of tok/s, so the front end is the ceiling as on a GPU")
+    ap.add_argument("--api-server-count", type=int, default=1,
+                    help="API processes per server, on gramserve and vLLM's server alike (API CPU: all of them)")
     ap.add_argument("--port", type=int, default=8611)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--kv-cache-space", type=float, default=2.0, help="GiB (VLLM_CPU_KVCACHE_SPACE)")
@@ -401,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     targets = a.targets.split(",")
     model = model_dir(a.model)
     flags = EngineFlags(max_model_len=a.max_model_len, kv_cache_gib=a.kv_cache_space, max_num_seqs=a.max_num_seqs,
-                        stream_interval=a.stream_interval, model=model if a.model != "smollm2" else None)
+                        stream_interval=a.stream_interval, model=model if a.model != "smollm2" else None,
+                        api_server_count=a.api_server_count)
     logs = Path(a.logs)
     logs.mkdir(parents=True, exist_ok=True)
     runs: list[list[Cell]] = []
