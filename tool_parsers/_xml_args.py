@@ -1,5 +1,6 @@
 """Arguments written as text, one parameter at a time (XML styles: Qwen3-Coder, GLM-4.5+),
-turned into the OpenAI JSON arguments string.
+turned into the OpenAI JSON arguments string; :func:`xml_call` reads one call's parameters for
+every such family (the families differ only in their tags, :class:`XmlTags`).
 
 A value is text; the tool's schema says what it means (``5`` is an integer for an
 ``integer`` parameter and the string ``"5"`` for a ``string`` one), as the model's own
@@ -11,11 +12,19 @@ value, nothing can retype it later). Other types are written when their value cl
 from __future__ import annotations
 
 import ast
+import copy
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-__all__ = ["property_schema", "streams_as_text", "typed_value", "arguments_json"]
+from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
+from .base import ToolCallPart, ToolParser
+
+__all__ = ["property_schema", "streams_as_text", "typed_value", "arguments_json", "XmlTags", "xml_call",
+           "SchemaBound"]
 
 
 def property_schema(schema: Any, key: str) -> Any:
@@ -101,3 +110,74 @@ def arguments_json(done: Sequence[tuple[str, Any]], open_text: tuple[str, str] |
         key, text = open_text
         parts.append(f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(text, ensure_ascii=False)[:-1]}")
     return "{" + ", ".join(parts) + ("}" if complete else "")
+
+
+class SchemaBound(ToolParser):
+    """A parser whose arguments are text typed by the request's schemas: :meth:`with_tools` returns
+    a copy bound to them (name -> parameters schema)."""
+
+    raw_arguments = False
+    _schemas: Mapping[str, Any] = MappingProxyType({})
+
+    def with_tools(self, tools: Mapping[str, Any]) -> ToolParser:
+        bound = copy.copy(self)
+        bound._schemas = dict(tools)
+        return bound
+
+
+_BAD_KEY = re.compile(r"[<>\n]")
+
+
+@dataclass(frozen=True)
+class XmlTags:
+    """How a family writes one parameter (``key_open`` KEY ``key_close`` [``value_open``] VALUE
+    ``value_close``) and ends a call's parameters (``call_close``); ``layout`` takes the
+    template's layout off a value's text (the last newline is held back while it is open)."""
+
+    key_open: str
+    key_close: str
+    value_open: str
+    value_close: str
+    call_close: str
+    layout: Callable[[str], str] = str  # as written
+
+
+def xml_call(text: str, p: int, name: str, schema: Any, tags: XmlTags, *,
+             final: bool) -> tuple[ToolCallPart, int | None]:
+    """The call ``name`` whose parameters start at ``p``, its arguments typed by ``schema``, and
+    where its ``call_close`` ends (None: cut off while streaming); :class:`JsonError` when malformed."""
+    done: list[tuple[str, Any]] = []
+    r = p
+    while True:
+        r = skip_ws(text, r)
+        if text.startswith(tags.key_open, r):
+            k = r + len(tags.key_open)
+            k_end = marked_name_end(text, k, tags.key_close, _BAD_KEY, final=final)
+            if k_end is None:
+                return ToolCallPart(name, arguments_json(done, complete=False), False), None
+            key, v = text[k:k_end], k_end + len(tags.key_close)
+            if tags.value_open:
+                v = skip_ws(text, v)
+                if not text.startswith(tags.value_open, v):
+                    if not final and tags.value_open.startswith(text[v:]):
+                        return ToolCallPart(name, arguments_json(done, complete=False), False), None
+                    raise JsonError(f"expected {tags.value_open}", v)
+                v += len(tags.value_open)
+            prop = property_schema(schema, key)
+            v_end = text.find(tags.value_close, v)
+            if v_end < 0:
+                if final:
+                    raise JsonError(f"the text ends inside parameter {key!r}", len(text))
+                open_text = None
+                if streams_as_text(prop):  # a string: its text so far is its value so far
+                    raw = tags.layout(text[v : partial_marker_start(text, (tags.value_close,), v)])
+                    open_text = (key, raw)
+                return ToolCallPart(name, arguments_json(done, open_text, complete=False), False), None
+            done.append((key, typed_value(tags.layout(text[v:v_end]), prop)))
+            r = v_end + len(tags.value_close)
+        elif text.startswith(tags.call_close, r):
+            return ToolCallPart(name, arguments_json(done, complete=True), True), r + len(tags.call_close)
+        elif not final and (tags.key_open.startswith(text[r:]) or tags.call_close.startswith(text[r:])):
+            return ToolCallPart(name, arguments_json(done, complete=False) if done else "", False), None
+        else:
+            raise JsonError(f"expected {tags.key_open} or {tags.call_close}", r)

@@ -26,15 +26,13 @@ The grammar (XGrammar's ``qwen_xml`` argument style) makes the model write exact
 """
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ._blocks import BlockToolParser
-from ._scan import JsonError, partial_marker_start, skip_ws
-from ._xml_args import arguments_json, property_schema, streams_as_text, typed_value
-from .base import CallFormat, ModelFamily, ToolCallPart, ToolParser
+from ._scan import JsonError, skip_ws
+from ._xml_args import SchemaBound, XmlTags, xml_call
+from .base import CallFormat, ModelFamily, ToolCallPart
 
 __all__ = ["Qwen3CoderToolParser", "FAMILIES"]
 
@@ -43,7 +41,7 @@ _PARAM, _PARAM_END = "<parameter=", "</parameter>"
 _BAD_NAME = re.compile(r"[<>\n]")
 
 
-class Qwen3CoderToolParser(BlockToolParser):
+class Qwen3CoderToolParser(SchemaBound, BlockToolParser):
     """``<tool_call><function=f><parameter=k>v</parameter></function></tool_call>`` blocks."""
 
     name: ClassVar[str] = "qwen3_coder"
@@ -52,16 +50,6 @@ class Qwen3CoderToolParser(BlockToolParser):
     format: ClassVar[CallFormat] = CallFormat(
         trigger="<tool_call>\n<function=", section_begin="", call_begin="<tool_call>\n<function=", name_end=">",
         call_end="</function>\n</tool_call>", separator="\n", section_end="", arguments_style="qwen_xml")
-    raw_arguments: ClassVar[bool] = False
-
-    def __init__(self, **data: object) -> None:
-        super().__init__(**data)
-        self._schemas: Mapping[str, Any] = {}
-
-    def with_tools(self, tools: Mapping[str, Any]) -> ToolParser:
-        bound = copy.copy(self)
-        bound._schemas = dict(tools)
-        return bound
 
     def _opens_call(self, text: str, body: int, *, final: bool) -> bool | None:
         """A ``<tool_call>`` not followed by ``<function=`` is prose."""
@@ -80,41 +68,15 @@ class Qwen3CoderToolParser(BlockToolParser):
         if q is None:
             return ToolCallPart(None, "", False), None
         name = text[p:q]
-        schema = self._schemas.get(name)
-        done: list[tuple[str, Any]] = []
-        r = q + 1
-        while True:
-            r = skip_ws(text, r)
-            if text.startswith(_PARAM, r):
-                k = r + len(_PARAM)
-                k_end = _name_end(text, k, final=final, what="parameter name")
-                if k_end is None:
-                    return ToolCallPart(name, arguments_json(done, complete=False), False), None
-                key, v = text[k:k_end], k_end + 1
-                prop = property_schema(schema, key)
-                v_end = text.find(_PARAM_END, v)
-                if v_end < 0:
-                    if final:
-                        raise JsonError(f"the text ends inside parameter {key!r}", len(text))
-                    open_text = None
-                    if streams_as_text(prop):  # a string: its text so far is its value so far
-                        raw = _layout(text[v : partial_marker_start(text, (_PARAM_END,), v)])
-                        open_text = (key, raw)
-                    return ToolCallPart(name, arguments_json(done, open_text, complete=False), False), None
-                done.append((key, typed_value(_layout(text[v:v_end]), prop)))
-                r = v_end + len(_PARAM_END)
-            elif text.startswith(_FUNCTION_END, r):
-                args = arguments_json(done, complete=True)
-                e = skip_ws(text, r + len(_FUNCTION_END))
-                if text.startswith(self.end, e):
-                    return ToolCallPart(name, args, True), e + len(self.end)
-                if not final and self.end.startswith(text[e:]):
-                    return ToolCallPart(name, args, True), None  # the closing marker is still to come
-                return ToolCallPart(name, args, True), r + len(_FUNCTION_END)  # no </tool_call>: the call still ends
-            elif not final and (_PARAM.startswith(text[r:]) or _FUNCTION_END.startswith(text[r:])):
-                return ToolCallPart(name, arguments_json(done, complete=False) if done else "", False), None
-            else:
-                raise JsonError(f"expected {_PARAM} or {_FUNCTION_END}", r)
+        call, r = xml_call(text, q + 1, name, self._schemas.get(name), _TAGS, final=final)
+        if r is None:
+            return call, None
+        e = skip_ws(text, r)
+        if text.startswith(self.end, e):
+            return call, e + len(self.end)
+        if not final and self.end.startswith(text[e:]):
+            return call, None  # the closing marker is still to come
+        return call, r  # no </tool_call>: the call still ends
 
 
 def _name_end(text: str, p: int, *, final: bool, what: str) -> int | None:
@@ -137,6 +99,10 @@ def _layout(raw: str) -> str:
     (while the value is open, a last newline is held back: it may be that layout)."""
     raw = raw[1:] if raw.startswith("\n") else raw
     return raw[:-1] if raw.endswith("\n") else raw
+
+
+_TAGS = XmlTags(key_open=_PARAM, key_close=">", value_open="", value_close=_PARAM_END, call_close=_FUNCTION_END,
+                layout=_layout)
 
 
 def _detect(template: str) -> bool:

@@ -110,6 +110,8 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
     if fmt in ("qwen3_coder", "qwen3_xml"):  # XML parameters, as Qwen3-Coder's template writes them
         return "\n".join(f"<tool_call>\n<function={n}>\n{_xml_parameters(a)}</function>\n</tool_call>"
                          for n, a in calls)
+    if fmt in ("glm45", "glm47"):  # XML arguments, as GLM-4.5's template writes them
+        return "\n".join(f"<tool_call>{n}{_glm_arguments(a)}\n</tool_call>" for n, a in calls)
     if fmt == "kimi_k2":  # each call's index counts up
         return ("<|tool_calls_section_begin|>" + "".join(
             f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{a}<|tool_call_end|>"
@@ -125,6 +127,14 @@ def _xml_parameters(arguments: str) -> str:
     if values is None:  # not an object: no XML form; text the grammar must refuse
         return arguments
     return "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
+                   for k, v in values.items())
+
+
+def _glm_arguments(arguments: str) -> str:
+    values = json.loads(arguments) if arguments.strip().startswith("{") else None
+    if values is None:  # not an object: no XML form; text the grammar must refuse
+        return arguments
+    return "".join(f"\n<arg_key>{k}</arg_key>\n<arg_value>{v if isinstance(v, str) else json.dumps(v)}</arg_value>"
                    for k, v in values.items())
 
 

@@ -26,6 +26,9 @@ def _output(family: str, *, reasoning: bool) -> str:
     if f.arguments_style == "qwen_xml":  # arguments as XML parameters
         calls = [(n, "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in json.loads(a).items()))
                  for n, a in CALLS]
+    elif f.arguments_style == "glm_xml":  # arguments as <arg_key>/<arg_value> pairs
+        calls = [(n, "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in json.loads(a).items()))
+                 for n, a in CALLS]
     else:
         calls = list(CALLS)
     body = f.separator.join(f.call_begin + name + f.name_end + args + f.call_end for name, args in calls)
