@@ -14,7 +14,7 @@ __all__ = ["ServerState", "check_model"]
 class ServerState:
     settings: Settings
     engine: Engine
-    renderer: Any  # server.render.ChatRenderer
+    renderer: Any  # server.chat.render.ChatRenderer
     grammar_cache: Any  # server.grammar_cache.GrammarCache | None
     tool_parser: Any = None  # tool_parsers.base.ToolParser | None
     reasoning_parser: Any = None  # reasoning_parsers.base.ReasoningParser | None

@@ -1,4 +1,4 @@
-"""server/render.py and chat_templates/: prompts rendered the way each model family was trained."""
+"""server/chat/render.py and chat_templates/: prompts rendered the way each model family was trained."""
 from __future__ import annotations
 
 import importlib.util

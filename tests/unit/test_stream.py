@@ -1,4 +1,4 @@
-"""server/stream.py: the OpenAI delta rules (compute_deltas) and MessageStream."""
+"""tool_parsers/message_stream.py: the OpenAI delta rules (compute_deltas) and MessageStream."""
 from __future__ import annotations
 
 import json

@@ -43,7 +43,7 @@ OVERRIDES: dict[str, tuple[str, dict[str, Any]]] = {
 
 # Non-streamed-only cases whose streamed result legitimately differs: the call's name was
 # already streamed when its JSON turned out malformed, and sent deltas cannot be taken back
-# (see server/stream.py); how much was sent depends on the chunking. Their streams are
+# (see tool_parsers/message_stream.py); how much was sent depends on the chunking. Their streams are
 # still checked for the delta rules.
 STREAM_DIFFERS = {
     "hermes/invalid_json_missing_brace": "name streamed before the JSON was cut off",
