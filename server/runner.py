@@ -3,8 +3,8 @@
 On SIGTERM/SIGINT the server stops taking generation requests (503, ``/health``
 503), lets in-flight requests finish for up to ``--drain-timeout`` seconds, then
 exits 0. Requests still running at that limit are aborted and their clients told so
-(an SSE error event and ``[DONE]``, or a 503), and the exit status is 4. If the engine dies, ``/health`` turns 503 at once and the process exits
-non-zero so the orchestrator restarts it.
+(an SSE error event and ``[DONE]``, or a 503), and the exit status is 4. If the engine dies,
+``/health`` turns 503 at once and the process exits non-zero so the orchestrator restarts it.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def apply_platform_defaults(settings: Settings) -> dict[str, Any]:
         # the request's seeded generator, which torch's CPU generator cannot do ("CPU Generator does
         # not use offset"): the engine dies. Whole prompts only; every prompt fits one step.
         "enable_chunked_prefill": False if cpu else None,
-        "max_num_batched_tokens": max(max_model_len, 2048) if cpu else None,
+        "max_num_batched_tokens": max(max_model_len or 0, 2048) if cpu else None,  # an int on CPU
         "enforce_eager": settings.enforce_eager if settings.enforce_eager is not None else cpu,
         "gpu_memory_utilization": settings.gpu_memory_utilization or (0.1 if cpu else 0.9),
         "max_model_len": max_model_len,
@@ -93,12 +93,11 @@ def build_state(settings: Settings, *, engine_client: dict[str, Any] | None = No
     """``engine_client``: this process is one of several API processes (server/api_servers.py)."""
     from chat_templates import BUILTIN_TEMPLATES
     from reasoning_parsers import get_reasoning_parser
-    from tool_parsers import detect_tool_parser, get_tool_parser
-
-    from server.engine.vllm_engine import VllmEngine
-    from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
     from server.chat.prompt_tokens import guard_for
     from server.chat.render import ChatRenderer
+    from server.engine.vllm_engine import VllmEngine
+    from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
+    from tool_parsers import detect_tool_parser, get_tool_parser
 
     options = engine_options(settings)
     model = options.model
@@ -111,14 +110,15 @@ def build_state(settings: Settings, *, engine_client: dict[str, Any] | None = No
         chat_template=settings.chat_template,
         default=default_template,
     )
-    guard_for(engine.tokenizer).encode  # built now (~0.2 s), not in the first request's time to first token
+    _ = guard_for(engine.tokenizer).encode  # built now (~0.2 s), not in the first request's time to first token
     parser_name = settings.tool_call_parser
     if parser_name == "auto":  # a built-in template names its format; otherwise read the markers
         parser_name = renderer.template_name if renderer.template_name in BUILTIN_TEMPLATES \
             else detect_tool_parser(renderer.template_source)
     tool_parser = get_tool_parser(parser_name) if parser_name else None
     reasoning = get_reasoning_parser(settings.reasoning_parser) if settings.reasoning_parser else None
-    cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer, vocab_size=engine.vocab_size), max_entries=settings.grammar_cache_size,
+    cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer, vocab_size=engine.vocab_size),
+                         max_entries=settings.grammar_cache_size,
                          compile_timeout_s=settings.grammar_compile_timeout,
                          cache_limit_bytes=settings.grammar_cache_mb * 1024 * 1024,
                          disable_any_whitespace=True)  # as the engine compiles (compact JSON)

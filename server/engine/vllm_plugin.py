@@ -56,4 +56,4 @@ def register() -> None:
         return original(self, request)
 
     _create_grammar._gramserve_low_priority = True  # type: ignore[attr-defined]
-    StructuredOutputManager._create_grammar = _create_grammar  # type: ignore[method-assign]
+    StructuredOutputManager._create_grammar = _create_grammar

@@ -22,8 +22,10 @@ HI = [{"role": "user", "content": "Tell me a story."}]
 
 
 def test_sigterm_drains_in_flight_stream_then_exits_zero():
-    # The drain must outlast 900 tokens on a loaded 2-core machine (a CI run saw ~15 tokens/s:
+    # The drain must outlast the stream on a loaded 2-core machine (a CI run saw ~15 tokens/s:
     # 60 s was too short and the drain cut the stream); a cut drain is the shutdown test's subject.
+    # 400 tokens keep the stream in flight for tens of seconds at float32's ~10-20 tokens/s, far
+    # longer than the second the checks below take.
     srv = ServerProcess(["--drain-timeout", "600", "--max-model-len", "1024"], log_name="drain")
     try:
         srv.wait_ready()
@@ -33,7 +35,7 @@ def test_sigterm_drains_in_flight_stream_then_exits_zero():
         def stream():
             with httpx.Client(base_url=srv.base, timeout=120) as c:
                 with c.stream("POST", "/v1/chat/completions", json={
-                        "messages": HI, "max_tokens": 900, "ignore_eos": True, "stream": True}) as r:
+                        "messages": HI, "max_tokens": 400, "ignore_eos": True, "stream": True}) as r:
                     for line in r.iter_lines():
                         if line:
                             received.append(line)
@@ -44,7 +46,7 @@ def test_sigterm_drains_in_flight_stream_then_exits_zero():
         while len(received) < 3:
             time.sleep(0.05)
         srv.proc.send_signal(signal.SIGTERM)
-        # The signal lands asynchronously; the server then reports draining (900 tokens take
+        # The signal lands asynchronously; the server then reports draining (400 tokens take
         # many seconds, so the stream is still running and the listener still open).
         deadline = time.monotonic() + 10
         health = httpx.get(srv.base + "/health", timeout=5)

@@ -19,7 +19,7 @@ from .conftest import TESTDATA
 
 pytestmark = pytest.mark.e2e
 
-PER_SUBSET = 4  # evenly spaced files from every subset: 13 subsets -> 52 schemas
+PER_SUBSET = 3  # evenly spaced files from every subset: 13 subsets -> 39 schemas (bounded for make test)
 # Enough for the JSON of most sample schemas; a longer answer ends with "length" and is counted,
 # not judged. Requests go out together so the engine batches them.
 MAX_TOKENS = 256
@@ -38,7 +38,7 @@ def _sample() -> list[tuple[str, dict]]:
 
 def test_jsonschemabench_outputs_validate(client, model):
     sample = _sample()
-    assert len(sample) >= 40
+    assert len(sample) >= 30
 
     def run(item):
         name, schema = item

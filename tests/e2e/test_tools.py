@@ -4,7 +4,7 @@ What is checked is what the grammar and the response rules guarantee, not what t
 135M model would choose: ``required`` / named calls always exist and fit their schema,
 ``none`` never calls, ``parallel_tool_calls: false`` gives one call, ``finish_reason`` is
 ``tool_calls`` exactly when calls are returned, ids are unique ``call_...``, streaming
-reconstructs the same calls, and 60+ BFCL questions under ``required`` / named give
+reconstructs the same calls, and 40 BFCL questions under ``required`` / named give
 schema-valid arguments on every call. Independent requests run concurrently.
 """
 from __future__ import annotations
@@ -262,7 +262,7 @@ def test_tool_choice_errors_name_the_problem(http, model):
 # ---------------------------------------------------------------- BFCL sample, required / named
 
 BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple")
-PER_CATEGORY = 16
+PER_CATEGORY = 10  # a bounded sample (40 questions) keeps make test inside its time; GRAMSERVE_TESTDATA for more
 BFCL_MAX_TOKENS = 512  # room for three calls as SmolLM2 writes them; a cut answer is counted
 FINISHED_SHARE = 0.9  # measured 62/64 (issue 11's goal: 95%); the floor leaves room for numeric drift
 CONCURRENCY = 16
@@ -311,7 +311,7 @@ def _ask_bfcl(client: Any, model: str, k: int, cat: str, q: dict[str, Any]) -> d
 
 def test_bfcl_required_and_named_calls_fit_their_schema(client, model, http):
     sample = _bfcl_sample()
-    assert len(sample) >= 60
+    assert len(sample) >= 4 * PER_CATEGORY
     guard_before = _tool_call_outcomes(http, "duplicate")
     with ThreadPoolExecutor(CONCURRENCY) as pool:
         results = list(pool.map(lambda a: _ask_bfcl(client, model, a[0], *a[1]), enumerate(sample)))

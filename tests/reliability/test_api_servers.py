@@ -136,18 +136,11 @@ def test_metrics_are_one_view_over_both_processes(server: ServerProcess) -> None
         assert "vllm:" in text
 
 
-def test_sigterm_drains_every_process_and_exits_0() -> None:
-    from bench.standin import ensure_standin
-
-    srv = ServerProcess(["--api-key", API_KEY, "--model", str(ensure_standin()), "--served-model-name", MODEL,
-                         "--chat-template", "hermes", "--max-model-len", "2048", "--api-server-count", "2"],
-                        log_name="api-servers-stop")
-    try:
-        srv.wait_ready()
-        pids = _session_pids(srv.proc.pid)
-        assert len(pids) == 2
-        assert _streamed(srv.base, 0) is not None
-    finally:
-        code = srv.stop()
-    assert code == 0, srv.tail()
+def test_sigterm_drains_every_process_and_exits_0(server: ServerProcess) -> None:
+    """Runs last in this module: it ends the module's server (one server start for the module)."""
+    pids = _session_pids(server.proc.pid)
+    assert len(pids) == 2
+    assert _streamed(server.base, 0) is not None
+    code = server.stop()
+    assert code == 0, server.tail()
     assert not [p for p in pids if os.path.exists(f"/proc/{p}")]
