@@ -332,7 +332,8 @@ def test_bfcl_required_and_named_calls_fit_their_schema(client, model, http):
         print(f"  400 {r['id']}: {r['rejected']}")
         assert r["rejected"]["message"] and (r["rejected"].get("param") or "").startswith(("tools", "tool_choice"))
     assert not invalid, invalid
-    assert len(answered) >= 60, f"fewer than 60 questions answered; {len(rejected)} rejected"
+    # at most one in ten refused (a schema the grammar cannot enforce exactly is a 400, by design)
+    assert len(answered) >= 0.9 * len(sample), f"only {len(answered)} of {len(sample)} answered; {len(rejected)} rejected"
     for r in answered:
         if r["finish"] != "length":  # a call was forced, so there is one (or, for named / single, exactly one)
             assert r["finish"] == "tool_calls" and r["calls"] >= 1, r
