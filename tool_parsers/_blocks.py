@@ -14,7 +14,8 @@ __all__ = ["BlockToolParser", "SectionToolParser"]
 
 
 class BlockToolParser(ToolParser):
-    """Blocks opened by ``start`` and closed by ``end``; :meth:`_block` reads one."""
+    """Blocks opened by ``start`` and closed by ``end`` (empty: a block runs to the next
+    ``start``, as Mistral's); :meth:`_block` reads one."""
 
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
         out = ContentBuilder(resume=resume)
@@ -36,8 +37,8 @@ class BlockToolParser(ToolParser):
             try:
                 found, end = self._block(text, body, final=final, errors=errors)
             except JsonError as exc:
-                resume_at = malformed_block(text, i, body, exc, end=self.end, final=final, who=self.name, out=out,
-                                            errors=errors, bad=bad)
+                resume_at = malformed_block(text, i, body, exc, end=self.end or self.start, final=final,
+                                            who=self.name, out=out, errors=errors, bad=bad, end_opens=not self.end)
                 if resume_at is None:
                     break
                 pos = resume_at

@@ -93,18 +93,22 @@ def next_marker(text: str, marker: str, pos: int, *, final: bool, out: ContentBu
 
 
 def malformed_block(text: str, marker: int, body: int, exc: JsonError, *, end: str, final: bool, who: str,
-                    out: ContentBuilder, errors: list[str], bad: list[tuple[int, int | None]]) -> int | None:
+                    out: ContentBuilder, errors: list[str], bad: list[tuple[int, int | None]],
+                    end_opens: bool = False) -> int | None:
     """A call whose block opened at ``marker`` (its text from ``body``) broke at ``exc.pos``:
     its text up to the block's ``end`` marker (leading whitespace dropped) is content, the
     region goes to ``bad`` and the reason to ``errors``. Where parsing resumes: after that end
-    marker, or None when there is none (yet): the rest is the broken call's (held while streaming)."""
+    marker (at it when ``end_opens``: blocks without an end marker run to the next opening
+    one, as Mistral's), or None when there is none (yet): the rest is the broken call's (held
+    while streaming)."""
     errors.append(f"{who}: malformed tool call at offset {marker} ({exc}); kept as content")
-    stop = text.find(end, min(exc.pos, len(text)))
+    stop = text.find(end, max(body, min(exc.pos, len(text))))
     if stop < 0:
         cut = len(text) if final else partial_marker_start(text, (end,), body)
         out.add(text[body:cut].lstrip())
         bad.append((marker, len(text) if final else None))
         return None
     out.add(text[body:stop].lstrip())
-    bad.append((marker, stop + len(end)))
-    return stop + len(end)
+    resume = stop if end_opens else stop + len(end)
+    bad.append((marker, resume))
+    return resume

@@ -4,13 +4,17 @@ Shapes accepted after each ``[TOOL_CALLS]`` marker (by every variant):
 
 * pre-v11: ``[TOOL_CALLS] [{"name": "f", "arguments": {...}}, ...]`` (a JSON array;
   ``"parameters"`` accepted; a call without arguments gets ``"{}"``; call objects without
-  the brackets, ``{...}{...}`` or ``{...}, {...}``, too). An array the text cuts off keeps
-  the calls it completed;
-* v11: ``[TOOL_CALLS]f{...}``, each call behind its own marker;
+  the brackets, ``{...}{...}`` or ``{...}, {...}``, too; several arrays behind one marker,
+  ``[{...}][{...}]``, all count). An array the text cuts off keeps the calls it completed;
+* v11: ``[TOOL_CALLS]f{...}``, each call behind its own marker (``[TOOL_CALLS]f[ARGS]{...}``
+  and mistral-common's v11 decoding shape ``[TOOL_CALLS]f[CALL_ID]abc123XYZ[ARGS]{...}`` too:
+  the id is dropped, the server gives its own);
 * v13 (Magistral, Devstral): ``[TOOL_CALLS]f[ARGS]{...}``.
 
 The families ``mistral`` / ``mistral_v11`` / ``mistral_v13`` share this one parser and
-differ only by their ``format`` data (what a grammar should make the model write).
+differ only by their ``format`` data (what a grammar should make the model write). The
+parse loop is the shared block loop (``_blocks.BlockToolParser``): a Mistral block has no
+end marker and runs to the next ``[TOOL_CALLS]``.
 
 Malformed sections: when the text after a marker is not one of these shapes (invalid
 JSON, an element without a string name, text ending inside it at the final parse), the
@@ -24,76 +28,65 @@ import hashlib
 import re
 from typing import ClassVar
 
-from ._content import ContentBuilder, next_marker
+from ._blocks import BlockToolParser
 from ._calls import call_array, call_objects, named_arguments
-from ._scan import JsonError, partial_marker_start, skip_ws
-from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
+from ._scan import JsonError, skip_ws
+from .base import CallFormat, ModelFamily, ToolCallPart
 
 __all__ = ["MistralToolParser", "V11_FORMAT", "V13_FORMAT", "mistral_tool_call_id", "FAMILIES"]
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]*")
+_CALL_ID = "[CALL_ID]"  # v11 history calls carry their id: [TOOL_CALLS]f[CALL_ID]id[ARGS]{...}
+_ID_CHARS = re.compile(r"[A-Za-z0-9]*")
 
 
-class MistralToolParser(ToolParser):
+class MistralToolParser(BlockToolParser):
     """``[TOOL_CALLS]`` sections; the format data describes the pre-v11 JSON array."""
 
     name: ClassVar[str] = "mistral"
     start: ClassVar[str] = "[TOOL_CALLS]"
-    end: ClassVar[str] = ""
+    end: ClassVar[str] = ""  # a section runs to the next marker
     args_marker: ClassVar[str] = "[ARGS]"  # optional between a v11+ name and its arguments
     format: ClassVar[CallFormat] = CallFormat(
         trigger="[TOOL_CALLS]", section_begin="[TOOL_CALLS] [", call_begin='{"name": "', name_end='", "arguments": ',
         call_end="}", separator=", ", section_end="]")
 
-    def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
-        out = ContentBuilder(resume=resume)
-        calls: list[ToolCallPart] = []
-        errors: list[str] = []
-        bad: list[tuple[int, int | None]] = []
-        checkpoint: Checkpoint | None = None
-        pos = 0
-        while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
-            checkpoint = out.checkpoint(i, len(calls), len(errors), at_marker=True) or checkpoint
-            body = skip_ws(text, i + len(self.start))
-            try:
-                section, end = self._section(text, body, final=final, errors=errors)
-            except JsonError as exc:
-                errors.append(f"{self.name}: malformed tool call at offset {i} ({exc}); kept as content")
-                nxt = text.find(self.start, max(body, min(exc.pos, len(text))))
-                if nxt < 0:
-                    cut = len(text) if final else partial_marker_start(text, (self.start,), body)
-                    out.add(text[body:cut])
-                    bad.append((i, len(text) if final else None))
-                    break
-                out.add(text[body:nxt])
-                bad.append((i, nxt))
-                pos = nxt
-                continue
-            if section:
-                out.call()
-                calls.extend(section)
-            if end is None:  # cut off while streaming
-                break
-            pos = end
-            checkpoint = out.checkpoint(pos, len(calls), len(errors)) or checkpoint
-        else:
-            checkpoint = out.tail_checkpoint(text, pos, len(calls), len(errors)) or checkpoint
-        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad))
-
-    def _section(self, text: str, p: int, *, final: bool,
-                 errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
-        """Calls of the section at ``p`` and where it ends (None: cut off)."""
+    def _block(self, text: str, body: int, *, final: bool, errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
+        """Calls of the section after the marker and where they end (None: cut off)."""
+        p = skip_ws(text, body)
         if p >= len(text):
             if final:
                 raise JsonError("nothing after the marker", p)
             return [], None
         if text[p] == "[" and not text.startswith(self.args_marker, p):
-            return call_array(text, p, final=final, who=self.name, errors=errors)
+            return self._arrays(text, p, final=final, errors=errors)
         if text[p] == "{":  # call objects without the array's brackets
             return call_objects(text, p, final=final)
         return self._named(text, p, final=final)
 
+    def _arrays(self, text: str, p: int, *, final: bool,
+                errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
+        """One call array, or several in a row (``[{...}][{...}]``): a later array that is
+        not calls ends the run before it (its text is then content)."""
+        calls, end = call_array(text, p, final=final, who=self.name, errors=errors)
+        while end is not None:
+            q = skip_ws(text, end)
+            r = skip_ws(text, q + 1) if text.startswith("[", q) else q
+            if r >= len(text):  # the text ends after the array (or a '['): another may follow
+                return calls, end if final else None
+            if r == q or text[r] != "{":
+                return calls, end
+            more: list[str] = []
+            try:
+                found, end_more = call_array(text, q, final=final, who=self.name, errors=more)
+            except JsonError:
+                return calls, end
+            errors.extend(more)
+            calls, end = calls + found, end_more
+        return calls, end
+
     def _named(self, text: str, p: int, *, final: bool) -> tuple[list[ToolCallPart], int | None]:
+        """``f{...}``, ``f[ARGS]{...}`` or ``f[CALL_ID]id[ARGS]{...}``."""
         q = _NAME.match(text, p).end()  # type: ignore[union-attr]
         if q >= len(text):
             if final:
@@ -102,10 +95,16 @@ class MistralToolParser(ToolParser):
         if q == p:
             raise JsonError("expected a tool name or '['", p)
         name = text[p:q]
+        if not final and (_CALL_ID.startswith(text[q:]) or self.args_marker.startswith(text[q:])):
+            return [ToolCallPart(name, "", False)], None  # a marker is being written
+        if text.startswith(_CALL_ID, q):
+            q = _ID_CHARS.match(text, q + len(_CALL_ID)).end()  # type: ignore[union-attr]
+            if not final and self.args_marker.startswith(text[q:]):
+                return [ToolCallPart(name, "", False)], None
+            if not text.startswith(self.args_marker, q):
+                raise JsonError(f"expected {self.args_marker} after the call id", q)
         if text.startswith(self.args_marker, q):
             q += len(self.args_marker)
-        elif self.args_marker.startswith(text[q:]) and not final:
-            return [ToolCallPart(name, "", False)], None
         call, end = named_arguments(text, name, q, final=final)
         return [call], end
 
