@@ -13,14 +13,34 @@ Conventions (checked against ``testdata/parsers/cases.json``):
 * Reasoning ends at ``end`` (dropped), wherever it is: a ``tool_start`` marker inside the
   block is thinking, not a call. Only when the output ends without ``end`` does the first
   ``tool_start`` marker end the reasoning (kept: it begins the rest); until then, text from
-  that marker on is held back. With neither, all of it is reasoning.
+  that marker on is held back. With neither, all of it is reasoning. This is the one rule for
+  a call opened inside the thinking block, in every family: ``tool_start`` is the served
+  tool-call family's own trigger (given at construction), so the call is never lost, and a
+  call the model only drafts while thinking is not returned.
 * While not final, text that may still become a marker is held back.
+* Whether a request thinks: ``reasoning_effort: "none"`` turns it off; else the first of
+  ``switches`` the request's ``chat_template_kwargs`` sets decides; else ``thinking_default``
+  (the template's own default: Qwen3 thinks unless told not to, DeepSeek V3.1 only when told).
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-__all__ = ["ReasoningParser"]
+__all__ = ["ReasoningParser", "thinking_on"]
+
+
+def thinking_on(chat_template_kwargs: Mapping[str, Any] | None, reasoning_effort: str | None, *,
+                switches: tuple[str, ...], default: bool) -> bool:
+    """Whether a request with these fields thinks, for a template whose thinking is turned by
+    ``switches`` (``chat_template_kwargs`` keys) and is ``default`` when none is set."""
+    if reasoning_effort == "none":
+        return False
+    kwargs = chat_template_kwargs or {}
+    for key in switches:
+        if kwargs.get(key) is not None:
+            return kwargs[key] is not False
+    return default
 
 
 class ReasoningParser:
@@ -30,20 +50,38 @@ class ReasoningParser:
       ``name``        registry name.
       ``start`` / ``end``  markers around the reasoning.
       ``starts_open`` the chat template opens the block in the prompt.
-      ``tool_start``  markers that end reasoning even without ``end``.
+      ``aliases``     other registry names (vLLM's spellings of the same parser).
+      ``switches`` / ``thinking_default``  see :func:`thinking_on`.
 
     ``thinking=False`` (e.g. ``chat_template_kwargs.enable_thinking=False``): the prompt
-    did not open a block, so only an explicit ``start`` makes reasoning.
+    did not open a block, so only an explicit ``start`` makes reasoning. ``tool_start``: the
+    markers that end reasoning even without ``end`` (the tool-call family's trigger).
     """
 
     name: ClassVar[str] = "think"
+    aliases: ClassVar[tuple[str, ...]] = ()
     start: ClassVar[str] = "<think>"
     end: ClassVar[str] = "</think>"
     starts_open: ClassVar[bool] = False
-    tool_start: ClassVar[tuple[str, ...]] = ()
+    switches: ClassVar[tuple[str, ...]] = ("enable_thinking", "thinking")
+    thinking_default: ClassVar[bool] = True
 
-    def __init__(self, *, thinking: bool = True) -> None:
+    def __init__(self, *, thinking: bool = True, tool_start: tuple[str, ...] = ()) -> None:
+        self.thinking = thinking
         self.open_at_start = self.starts_open and thinking
+        self.tool_start = tuple(m for m in tool_start if m)
+
+    def thinks(self, chat_template_kwargs: Mapping[str, Any] | None, reasoning_effort: str | None) -> bool:
+        """Whether a request with these fields thinks (see :func:`thinking_on`)."""
+        return thinking_on(chat_template_kwargs, reasoning_effort, switches=self.switches,
+                           default=self.thinking_default)
+
+    def for_request(self, *, thinking: bool) -> ReasoningParser:
+        """This parser for one request: ``self`` when it thinks as configured, else a copy with
+        the same ``tool_start`` that expects no pre-opened block."""
+        if thinking == self.thinking:
+            return self
+        return type(self)(thinking=thinking, tool_start=self.tool_start)
 
     def split(self, text: str, *, final: bool) -> tuple[str, str]:
         """``(reasoning, rest)`` of the whole text so far."""

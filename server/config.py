@@ -69,9 +69,13 @@ class Settings:
                                        action="append")
     api_key_file: str | None = option(None, "file with one API key per line (added to --api-key)")
     metrics_require_auth: bool = option(False, "require an API key on /metrics too", action="store_true")
-    chat_template: str | None = option(None, "Jinja file or built-in name (hermes, llama3_json, mistral)")
-    tool_call_parser: str | None = option("auto", "hermes | llama3_json | mistral | auto | none")
-    reasoning_parser: str | None = option(None, "deepseek_r1 | qwen3 (default: none)")
+    chat_template: str | None = option(None, "Jinja file, inline Jinja, or a built-in template's name")
+    tool_call_parser: str | None = option(
+        "auto", "tool-call family in vLLM's spelling (hermes, qwen3_coder, deepseek_v31, kimi_k2, glm45, "
+        "llama3_json, mistral, ...: see docs/tool_calling.md), auto (from the chat template) or none")
+    reasoning_parser: str | None = option(
+        "auto", "reasoning parser in vLLM's spelling (qwen3, deepseek_r1, deepseek_v3, glm45, kimi_k2, mistral, ...), "
+        "auto (the tool-call family's, when the chat template thinks) or none")
     reasoning_field: str = option("reasoning_content", "where reasoning goes in messages",
                                   choices=("reasoning_content", "reasoning", "both"))
     reasoning_required: bool = option(
@@ -208,6 +212,7 @@ def settings_from_args(argv: list[str] | None = None) -> Settings:
     if ns["api_key_file"]:
         lines = Path(ns["api_key_file"]).read_text().splitlines()
         ns["api_keys"] = ns["api_keys"] + tuple(ln.strip() for ln in lines if ln.strip())
-    if (ns["tool_call_parser"] or "").lower() in ("", "none"):
-        ns["tool_call_parser"] = None
+    for key in ("tool_call_parser", "reasoning_parser"):
+        if (ns[key] or "").lower() in ("", "none"):
+            ns[key] = None
     return Settings(**ns)

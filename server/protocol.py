@@ -374,10 +374,6 @@ class ChatCompletionRequest(_SamplingFields):
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
-    def thinking_enabled(self) -> bool:
-        """False when the request turned thinking off (``enable_thinking`` or ``reasoning_effort``)."""
-        kwargs = self.chat_template_kwargs or {}
-        return kwargs.get("enable_thinking", True) is not False and self.reasoning_effort != "none"
 
 
 class CompletionRequest(_SamplingFields):

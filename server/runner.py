@@ -92,12 +92,11 @@ def engine_options(settings: Settings) -> Any:
 def build_state(settings: Settings, *, engine_client: dict[str, Any] | None = None) -> ServerState:
     """``engine_client``: this process is one of several API processes (server/api_servers.py)."""
     from chat_templates import BUILTIN_TEMPLATES
-    from reasoning_parsers import get_reasoning_parser
     from server.chat.prompt_tokens import guard_for
     from server.chat.render import ChatRenderer
     from server.engine.vllm_engine import VllmEngine
     from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
-    from tool_parsers import detect_tool_parser, get_tool_parser
+    from tool_parsers import resolve_parsers, unrecognised_template
 
     options = engine_options(settings)
     model = options.model
@@ -111,19 +110,20 @@ def build_state(settings: Settings, *, engine_client: dict[str, Any] | None = No
         default=default_template,
     )
     _ = guard_for(engine.tokenizer).encode  # built now (~0.2 s), not in the first request's time to first token
-    parser_name = settings.tool_call_parser
-    if parser_name == "auto":  # a built-in template names its format; otherwise read the markers
-        parser_name = renderer.template_name if renderer.template_name in BUILTIN_TEMPLATES \
-            else detect_tool_parser(renderer.template_source)
-    tool_parser = get_tool_parser(parser_name) if parser_name else None
-    reasoning = get_reasoning_parser(settings.reasoning_parser) if settings.reasoning_parser else None
+    parsers = resolve_parsers(settings.tool_call_parser, settings.reasoning_parser,
+                              template_name=renderer.template_name, template_source=renderer.template_source,
+                              builtin_names=tuple(BUILTIN_TEMPLATES))
+    renderer = renderer.for_family(parsers.family)  # the renderer reads the same family (call ids)
+    log.info("model family: " + parsers.describe(), extra={"family": getattr(parsers.family, "name", None)})
+    if parsers.family is None and settings.tool_call_parser == "auto" and renderer.supports_tools:
+        log.warning(unrecognised_template(renderer.template_name))
     cache = GrammarCache(tokenizer_info_from_hf(engine.tokenizer, vocab_size=engine.vocab_size),
                          max_entries=settings.grammar_cache_size,
                          compile_timeout_s=settings.grammar_compile_timeout,
                          cache_limit_bytes=settings.grammar_cache_mb * 1024 * 1024,
                          disable_any_whitespace=True)  # as the engine compiles (compact JSON)
     return ServerState(settings=settings, engine=engine, renderer=renderer, grammar_cache=cache,
-                       tool_parser=tool_parser, reasoning_parser=reasoning)
+                       tool_parser=parsers.tool_parser, reasoning_parser=parsers.reasoning)
 
 
 class _Server(uvicorn.Server):

@@ -168,6 +168,7 @@ class ModelFamily:
     detect_order: int = 100  # detection tries lower first (more specific markers before general ones)
     template: str | None = None  # chat_templates/<template>.jinja renders this family's tools, if shipped
     call_id: Callable[[str], str] | None = None  # how its templates need call ids (None: as given)
+    reasoning: str | None = None  # the reasoning parser of its thinking templates (--reasoning-parser auto)
 
     @property
     def format(self) -> CallFormat:

@@ -80,8 +80,8 @@ def _detect_v3(template: str) -> bool:
 
 
 FAMILIES = (
-    ModelFamily(name="deepseek_v3", parser=DeepSeekV3ToolParser(name="deepseek_v3", format=V3_FORMAT),
+    ModelFamily(name="deepseek_v3", reasoning="deepseek_r1", parser=DeepSeekV3ToolParser(name="deepseek_v3", format=V3_FORMAT),
                 detect=_detect_v3, detect_order=3),
-    ModelFamily(name="deepseek_v31", parser=DeepSeekV3ToolParser(), detect=lambda t: CALLS_BEGIN in t,
+    ModelFamily(name="deepseek_v31", reasoning="deepseek_v3", parser=DeepSeekV3ToolParser(), detect=lambda t: CALLS_BEGIN in t,
                 detect_order=4),
 )

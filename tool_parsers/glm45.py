@@ -72,7 +72,7 @@ def _detect(template: str) -> bool:
 
 
 FAMILIES = (
-    ModelFamily(name="glm45", parser=Glm45ToolParser(), detect=_detect, detect_order=6),
+    ModelFamily(name="glm45", reasoning="glm45", parser=Glm45ToolParser(), detect=_detect, detect_order=6),
     # vLLM's name for GLM-4.7's parser; the same format (the grammar allows both layouts)
-    ModelFamily(name="glm47", parser=Glm45ToolParser(name="glm47"), detect=lambda t: False, detect_order=7),
+    ModelFamily(name="glm47", reasoning="glm45", parser=Glm45ToolParser(name="glm47"), detect=lambda t: False, detect_order=7),
 )

@@ -72,6 +72,6 @@ class HermesToolParser(BlockToolParser):
 
 
 FAMILIES = (
-    ModelFamily(name="hermes", parser=HermesToolParser(), template="hermes",
+    ModelFamily(name="hermes", reasoning="qwen3", parser=HermesToolParser(), template="hermes",
                 detect=lambda template: "<tool_call>" in template, detect_order=10),
 )

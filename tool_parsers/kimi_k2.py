@@ -75,5 +75,5 @@ def _detect(template: str) -> bool:
 
 
 FAMILIES = (
-    ModelFamily(name="kimi_k2", parser=KimiK2ToolParser(), detect=_detect, detect_order=4),
+    ModelFamily(name="kimi_k2", reasoning="kimi_k2", parser=KimiK2ToolParser(), detect=_detect, detect_order=4),
 )

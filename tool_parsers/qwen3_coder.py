@@ -110,9 +110,9 @@ def _detect(template: str) -> bool:
 
 
 FAMILIES = (
-    ModelFamily(name="qwen3_coder", parser=Qwen3CoderToolParser(), template="qwen3_coder", detect=_detect,
+    ModelFamily(name="qwen3_coder", reasoning="qwen3", parser=Qwen3CoderToolParser(), template="qwen3_coder", detect=_detect,
                 detect_order=5),
     # vLLM's other spelling for the same XML format
-    ModelFamily(name="qwen3_xml", parser=Qwen3CoderToolParser(name="qwen3_xml"), detect=lambda t: False,
+    ModelFamily(name="qwen3_xml", reasoning="qwen3", parser=Qwen3CoderToolParser(name="qwen3_xml"), detect=lambda t: False,
                 detect_order=6),
 )

@@ -78,9 +78,12 @@ def _stream(tool_call_parser: str | None, reasoning_parser: str | None, tools: S
     from reasoning_parsers import get_reasoning_parser
 
     schemas = tool_schemas(tools)
+    family = get_family(tool_call_parser) if tool_call_parser else None
+    tool_start = (family.format.trigger,) if family else ()  # as resolve_parsers gives the server's
     return MessageStream(
-        tool_parser=get_family(tool_call_parser).parser if tool_call_parser else None,
-        reasoning_parser=get_reasoning_parser(reasoning_parser, thinking=thinking) if reasoning_parser else None,
+        tool_parser=family.parser if family else None,
+        reasoning_parser=get_reasoning_parser(reasoning_parser, thinking=thinking, tool_start=tool_start)
+        if reasoning_parser else None,
         tool_names=None if schemas is None else tuple(schemas),
         tool_schemas=schemas,
         id_factory=id_factory,

@@ -72,9 +72,9 @@ def plan_reasoning_budget(state: ServerState, req: ChatCompletionRequest) -> Rea
         raise bad_request("'max_reasoning_tokens' needs a reasoning model: start the server with "
                           "--reasoning-parser NAME, or drop the field.", param="max_reasoning_tokens",
                           code="invalid_value")
-    spec = capabilities(state).reasoning if req.thinking_enabled() else None
-    if spec is None:  # thinking turned off for this request: nothing to cap
-        return None
+    spec = capabilities(state).reasoning
+    if spec is None or not spec.thinks(req.chat_template_kwargs, req.reasoning_effort):
+        return None  # thinking turned off for this request: nothing to cap
     if not (spec.starts_open or spec.required):
         raise bad_request("'max_reasoning_tokens' needs a think block the output surely starts with: use a "
                           "reasoning parser whose template opens the block, or start the server with "

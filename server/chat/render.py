@@ -9,6 +9,7 @@ Anything the client got wrong raises ``RenderError(message, param)`` (an HTTP 40
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from chat_templates import BUILTIN_TEMPLATES, builtin_template_path
 from server.errors import APIError
-from tool_parsers import detect_family
+from tool_parsers import ModelFamily
 
 __all__ = [
     "BUILTIN_TEMPLATES",
@@ -364,8 +365,10 @@ class ChatRenderer:
     template_name: str  # a BUILTIN_TEMPLATES key, "model", "inline" or "file:<path>"
     template_source: str
     special_tokens: Mapping[str, str] = field(default_factory=dict)
+    # The served family's call-id rule (Mistral: 9 characters); set by :meth:`for_family` from the
+    # family the process resolved once (tool_parsers.resolve_parsers), never detected here.
+    call_id_rule: Callable[[str], str] | None = None
     _template: jinja2.Template = field(init=False, repr=False, compare=False)
-    _call_id: Callable[[str], str] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:
@@ -373,9 +376,12 @@ class ChatRenderer:
         except jinja2.TemplateSyntaxError as exc:
             raise ValueError(f"chat template {self.template_name} does not compile: {exc}") from exc
         object.__setattr__(self, "_template", compiled)
-        family = detect_family(self.template_source)  # whose markers the template writes
-        object.__setattr__(self, "_call_id", family.call_id if family else None)
         object.__setattr__(self, "special_tokens", MappingProxyType(dict(self.special_tokens)))
+
+    def for_family(self, family: ModelFamily | None) -> ChatRenderer:
+        """This renderer writing history call ids as ``family``'s templates need them."""
+        rule = family.call_id if family else None
+        return self if rule is self.call_id_rule else dataclasses.replace(self, call_id_rule=rule)
 
     @classmethod
     def from_model(
@@ -408,11 +414,6 @@ class ChatRenderer:
         """Whether the template reads ``tools`` at all."""
         return bool(_TOOLS_RE.search(self.template_source))
 
-    @property
-    def call_id_rule(self) -> Callable[[str], str] | None:
-        """The call-id rule of the model family this template belongs to (Mistral: 9 characters)."""
-        return self._call_id
-
     def render(
         self,
         messages: list[dict[str, Any]],
@@ -433,8 +434,8 @@ class ChatRenderer:
         tool_list = normalize_tools(tools)
         if tool_list and not self.supports_tools:
             raise RenderError(
-                f"the chat template ({self.template_name}) cannot render tools; "
-                "start the server with --chat-template hermes, llama3_json or mistral",
+                f"the chat template ({self.template_name}) cannot render tools; start the server with "
+                f"--chat-template naming one that can (built-in: {', '.join(sorted(BUILTIN_TEMPLATES))}, or a file)",
                 "tools",
             )
         variables = {

@@ -52,14 +52,13 @@ async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncGenerator
 
 def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionRequest, *, streaming: bool) -> MessageStream:
     reasoning = state.reasoning_parser
-    if reasoning is not None and not req.thinking_enabled():
-        from reasoning_parsers import get_reasoning_parser
-
-        reasoning = get_reasoning_parser(reasoning.name, thinking=False)
+    if reasoning is not None:
+        reasoning = reasoning.for_request(thinking=reasoning.thinks(req.chat_template_kwargs, req.reasoning_effort))
+    channels = getattr(state.tool_parser, "channels", False)  # Harmony: the parser reads every answer
     return MessageStream(
-        tool_parser=state.tool_parser if plan.tool_names else None,
+        tool_parser=state.tool_parser if plan.tool_names or channels else None,
         reasoning_parser=reasoning,
-        tool_names=plan.tool_names,
+        tool_names=plan.tool_names if plan.tool_names is not None or not channels else (),
         tool_schemas=plan.tool_schemas or None,  # families with typed, non-JSON arguments read them
         streaming=streaming,
         guard_repeats=not state.settings.allow_duplicate_tool_calls,

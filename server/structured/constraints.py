@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from reasoning_parsers.base import thinking_on
 from server.config import MAX_SCHEMA_DEPTH
 from server.errors import APIError
 from server.lru import BoundedLRU
@@ -83,6 +84,12 @@ class ReasoningSpec:
     end: str = "</think>"
     starts_open: bool = False
     required: bool = False
+    switches: tuple[str, ...] = ("enable_thinking",)  # chat_template_kwargs turning thinking on/off,
+    thinking_default: bool = True  # and whether it is on when none is set (the parser's own rule)
+
+    def thinks(self, chat_template_kwargs: dict[str, Any] | None, reasoning_effort: str | None) -> bool:
+        return thinking_on(chat_template_kwargs, reasoning_effort, switches=self.switches,
+                           default=self.thinking_default)
 
 
 @dataclass(frozen=True)

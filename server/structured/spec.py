@@ -55,7 +55,8 @@ class Capabilities:
         if reasoning_parser is not None:
             reasoning = ReasoningSpec(start=reasoning_parser.start, end=reasoning_parser.end,
                                       starts_open=reasoning_parser.starts_open,
-                                      required=settings.reasoning_required)
+                                      required=settings.reasoning_required, switches=reasoning_parser.switches,
+                                      thinking_default=reasoning_parser.thinking_default)
         return cls(limits=Limits.from_settings(settings), call_format=getattr(tool_parser, "format", None),
                    reasoning=reasoning, tool_constraints=settings.tool_constraints)
 
@@ -172,7 +173,8 @@ def constraint_spec(req: AnyRequest, caps: Capabilities, *, think: bool = True) 
     think block out (capped thinking runs it as its own engine phase)."""
     tools = tool_spec(req) if isinstance(req, ChatCompletionRequest) else None
     reasoning = None
-    if think and isinstance(req, ChatCompletionRequest) and req.thinking_enabled():
+    if (think and isinstance(req, ChatCompletionRequest) and caps.reasoning is not None
+            and caps.reasoning.thinks(req.chat_template_kwargs, req.reasoning_effort)):
         reasoning = caps.reasoning  # text completions are not split into reasoning and answer
     return ConstraintSpec(
         response_format=_response_format(req), structured_outputs=_dump(req.structured_outputs),

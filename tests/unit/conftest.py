@@ -85,20 +85,20 @@ def make_app(grammar_cache: Any, hermes_renderer: Any) -> AppFactory:
     from server.config import Settings
     from server.engine.fake import FakeEngine
     from server.state import ServerState
-    from reasoning_parsers import get_reasoning_parser
-    from tool_parsers import get_tool_parser
+    from tool_parsers import resolve_parsers
 
     def build(*, script: Callable[..., list[str]] | None = None, settings: Settings | None = None,
               tool_parser: str | None = "hermes", reasoning_parser: str | None = None, with_cache: bool = True,
               **engine_kwargs: Any) -> Built:
         engine = FakeEngine(**engine_kwargs) if script is None else FakeEngine(script=script, **engine_kwargs)
+        parsers = resolve_parsers(tool_parser, reasoning_parser, template_name="hermes", template_source="")
         state = ServerState(
             settings=settings or Settings(),
             engine=engine,
             renderer=hermes_renderer,
             grammar_cache=grammar_cache if with_cache else None,
-            tool_parser=get_tool_parser(tool_parser) if tool_parser else None,
-            reasoning_parser=get_reasoning_parser(reasoning_parser) if reasoning_parser else None,
+            tool_parser=parsers.tool_parser,  # resolved as the server resolves them (runner.build_state)
+            reasoning_parser=parsers.reasoning,
         )
         metrics.init_labels(tool_parser=tool_parser)
         state.ready = True

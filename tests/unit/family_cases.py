@@ -40,9 +40,12 @@ def check_case(parser: str, data: dict[str, Any], case: dict[str, Any], *, reaso
     schemas = tool_schemas(data["tools"])
     assert schemas is not None
 
+    parser_of = get_tool_parser(parser)
+
     def make(**kw: Any) -> MessageStream:
-        return MessageStream(tool_parser=get_tool_parser(parser), tool_names=tuple(schemas), tool_schemas=schemas,
-                             reasoning_parser=get_reasoning_parser(reasoning) if reasoning else None, **kw)
+        return MessageStream(tool_parser=parser_of, tool_names=tuple(schemas), tool_schemas=schemas,
+                             reasoning_parser=get_reasoning_parser(reasoning, tool_start=(parser_of.format.trigger,))
+                             if reasoning else None, **kw)
 
     text = case["model_output"]
     whole = run_nonstream(make, text)
@@ -85,7 +88,10 @@ def family_app(make_app: Any, model_dir: Any, *, template: str, parser: str, rea
     a file) over the scripted engine, SmolLM2's tokenizer standing in for the family's own."""
     from server.chat.render import ChatRenderer
 
-    renderer = ChatRenderer.from_model(model_dir_or_tokenizer=str(model_dir), chat_template=template)
+    from tool_parsers import get_family
+
+    renderer = ChatRenderer.from_model(model_dir_or_tokenizer=str(model_dir),
+                                       chat_template=template).for_family(get_family(parser))
 
     def build(script: list[str]) -> Any:
         built = make_app(script=lambda req: list(script), tool_parser=parser, reasoning_parser=reasoning)

@@ -44,11 +44,18 @@ def _key(case: dict[str, Any]) -> str:
     return f"{case['parser']}/{case['id']}"
 
 
+def _parser(name: str, *, thinking: bool = True):
+    """The parser as a server resolves it: Qwen3's calls are hermes' (trigger ``<tool_call>``),
+    which ends a block the model forgot to close; DeepSeek-R1's cases have no calls."""
+    from tool_parsers import FAMILIES
+
+    tool_start = (FAMILIES["hermes"].format.trigger,) if name == "qwen3" else ()
+    return get_reasoning_parser(name, thinking=thinking, tool_start=tool_start)
+
+
 def _make(name: str, *, thinking: bool = True):
     def make(**kw: Any) -> MessageStream:
-        return MessageStream(
-            tool_parser=None, reasoning_parser=get_reasoning_parser(name, thinking=thinking), **kw
-        )
+        return MessageStream(tool_parser=None, reasoning_parser=_parser(name, thinking=thinking), **kw)
 
     return make
 
@@ -112,7 +119,7 @@ OWN: list[tuple[str, str, bool, str, str, str]] = [
 
 @pytest.mark.parametrize("case_id,name,thinking,text,reasoning,rest", OWN, ids=[o[0] for o in OWN])
 def test_own_split(case_id: str, name: str, thinking: bool, text: str, reasoning: str, rest: str) -> None:
-    parser = get_reasoning_parser(name, thinking=thinking)
+    parser = _parser(name, thinking=thinking)
     assert parser.split(text, final=True) == (reasoning, rest)
     make = _make(name, thinking=thinking)
     whole = run_nonstream(make, text)
@@ -126,20 +133,53 @@ def test_split_holds_back_partial_markers() -> None:
     assert r1.split("\n<thi", final=False) == ("", "")
     assert r1.split("abc</th", final=False) == ("abc", "")
     assert r1.split("abc</th", final=True) == ("abc</th", "")
-    qwen = get_reasoning_parser("qwen3")
+    qwen = _parser("qwen3")
     assert qwen.split("abc<tool_", final=False) == ("abc", "")
     assert qwen.split("abc<", final=False) == ("abc", "")
 
 
 def test_registry() -> None:
-    assert set(REASONING_PARSERS) == {"deepseek_r1", "qwen3"}
-    for name in REASONING_PARSERS:
+    """vLLM's names; ``<think>`` families open the block in the prompt, Magistral writes ``[THINK]``."""
+    assert {"deepseek_r1", "deepseek_v3", "glm45", "glm47", "kimi_k2", "mistral", "qwen3"} <= set(REASONING_PARSERS)
+    for name in ("deepseek_r1", "deepseek_v3", "glm45", "glm47", "kimi_k2", "qwen3"):
         parser = get_reasoning_parser(name)
-        assert parser.name == name and parser.start == "<think>" and parser.end == "</think>"
-        assert parser.starts_open
-    assert get_reasoning_parser("qwen3").tool_start == ("<tool_call>",)
+        assert name in (parser.name, *parser.aliases) and (parser.start, parser.end) == ("<think>", "</think>")
+        assert parser.starts_open and parser.tool_start == ()
+    assert (get_reasoning_parser("mistral").start, get_reasoning_parser("mistral").starts_open) == ("[THINK]", False)
+    assert get_reasoning_parser("qwen3", tool_start=("<tool_call>",)).tool_start == ("<tool_call>",)
     with pytest.raises(ValueError, match="deepseek_r1"):
         get_reasoning_parser("nope")
+
+
+@pytest.mark.parametrize("name,kwargs,effort,on", [
+    ("qwen3", None, None, True), ("qwen3", {"enable_thinking": False}, None, False), ("qwen3", {}, "none", False),
+    ("qwen3", {"thinking": False}, None, True),  # not Qwen3's switch
+    ("deepseek_v3", None, None, False), ("deepseek_v3", {"thinking": True}, None, True),
+    ("deepseek_v3", {"enable_thinking": True}, None, True), ("deepseek_v3", {"thinking": True}, "none", False),
+    ("kimi_k2", None, None, True), ("kimi_k2", {"thinking": False}, None, False),
+    ("glm45", {"enable_thinking": False}, None, False), ("glm47", {}, "high", True),
+])
+def test_whether_a_request_thinks(name: str, kwargs: dict[str, Any] | None, effort: str | None, on: bool) -> None:
+    """Each template family's own switch and default (vLLM's reasoning parsers read the same)."""
+    parser = get_reasoning_parser(name)
+    assert parser.thinks(kwargs, effort) is on
+    off = parser.for_request(thinking=False)
+    assert off is not parser and not off.open_at_start and parser.for_request(thinking=True) is parser
+
+
+def test_a_call_the_model_opens_without_closing_its_thinking_is_read_for_every_family() -> None:
+    """The one rule: ``</think>`` decides; a family's trigger inside a block that never closes ends it
+    (the call is kept); a trigger inside a block that closes was only drafted (thinking)."""
+    from tool_parsers import FAMILIES
+
+    for family in FAMILIES.values():
+        if not family.reasoning:
+            continue
+        parser = get_reasoning_parser(family.reasoning, tool_start=(family.format.trigger,))
+        call = family.format.trigger + "..."
+        assert parser.split("plan " + call, final=True) == ("plan ", call), family.name
+        assert parser.split("plan " + call + parser.end + "answer", final=True) == ("plan " + call, "answer")
+        assert parser.split("plan " + call[:3], final=False)[1] == "", family.name  # held back, not content
 
 
 @pytest.mark.parametrize("name", REASONING_PARSERS)
@@ -149,11 +189,12 @@ def test_split_at_settles_only_what_every_continuation_keeps(name: str, thinking
     splitting on from there (inside the block) gives the rest; markers split anywhere."""
     import random
 
-    parser = get_reasoning_parser(name, thinking=thinking)
-    pieces = [" ", "\n", "a", "thought ", "<", "<think>", "</think>", "</", "think>", "<tool_call>", "<tool", "x"]
+    parser = get_reasoning_parser(name, thinking=thinking, tool_start=("<tool_call>",))
+    start, end = parser.start, parser.end
+    pieces = [" ", "\n", "a", "thought ", start[:1], start, end, end[:2], end[2:], "<tool_call>", "<tool", "x"]
     rng = random.Random(f"split-at-{name}-{thinking}")
     settled_points = 0
-    for _ in range(60):
+    for _ in range(120):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 9)))
         for k in range(1, len(text) + 1):
             reasoning, rest, pos = parser.split_at(text[:k], final=False)

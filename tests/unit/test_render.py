@@ -64,7 +64,10 @@ MULTI_TURN = [
 XML_TEMPLATES = {"qwen3_coder"}  # templates that write tools and arguments as XML, not JSON
 
 def renderer(name: str) -> ChatRenderer:
-    return ChatRenderer.from_model(model_dir_or_tokenizer=None, chat_template=name)
+    """The built-in template ``name`` as the server serves it: with its family's call-id rule."""
+    from tool_parsers import FAMILIES
+
+    return ChatRenderer.from_model(model_dir_or_tokenizer=None, chat_template=name).for_family(FAMILIES.get(name))
 
 
 # ---------------------------------------------------------------- hermes / SmolLM2

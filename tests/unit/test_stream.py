@@ -65,7 +65,8 @@ def test_new_tool_call_id_shape() -> None:
 
 def _qwen_hermes(**kw: object) -> MessageStream:
     return MessageStream(
-        tool_parser=get_tool_parser("hermes"), reasoning_parser=get_reasoning_parser("qwen3"), **kw  # type: ignore[arg-type]
+        tool_parser=get_tool_parser("hermes"), reasoning_parser=get_reasoning_parser("qwen3", tool_start=("<tool_call>",)),
+        **kw  # type: ignore[arg-type]
     )
 
 
@@ -159,7 +160,9 @@ def test_random_outputs_follow_the_rules(parser: str, settle_after: int | None,
         monkeypatch.setattr(message_stream, "_SETTLE_AFTER", settle_after)
     rng = random.Random(f"gramserve-{parser}")
     for i in range(90):
-        reasoning = (None, get_reasoning_parser("qwen3"), get_reasoning_parser("deepseek_r1", thinking=False))[i % 3]
+        trigger = (get_tool_parser(parser).format.trigger,)  # as resolve_parsers gives it
+        reasoning = (None, get_reasoning_parser("qwen3", tool_start=trigger),
+                     get_reasoning_parser("deepseek_r1", thinking=False, tool_start=trigger))[i % 3]
 
         def make(**kw: object) -> MessageStream:
             return MessageStream(tool_parser=get_tool_parser(parser), reasoning_parser=reasoning,
