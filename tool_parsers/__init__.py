@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 

@@ -7,6 +7,8 @@ text cuts off keeps the calls it completed (the cut call's text becomes content)
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ._scan import CallObject, JsonError, scan_array, scan_call_object, scan_value, skip_ws, unwrap_string_arguments
 from .base import ToolCallPart
 
@@ -77,7 +79,7 @@ def call_array(text: str, p: int, *, final: bool, who: str, errors: list[str],
     return _items(text, done, unwrap=unwrap), cut
 
 
-def _items(text: str, items: tuple[tuple[int, int | None], ...] | list[tuple[int, int | None]], *,
+def _items(text: str, items: Sequence[tuple[int, int | None]], *,
            unwrap: bool) -> list[ToolCallPart]:
     calls = []
     for start, _ in items:

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from ._blocks import SectionToolParser
 from ._scan import JsonError, marked_name_end, skip_ws
-from .base import CallFormat, ModelFamily, ToolCallPart
+from .base import CallFormat, ModelFamily
 
 __all__ = ["DeepSeekV3ToolParser", "V3_FORMAT", "FAMILIES"]
 

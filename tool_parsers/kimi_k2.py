@@ -2,7 +2,10 @@
 
 Format (Kimi-K2's tool_call_guidance)::
 
-    <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
+    <|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>
+    {"city": "Paris"}<|tool_call_end|><|tool_calls_section_end|>
+
+(one line; wrapped here)
 
 The header is the call's id, ``functions.<name>:<index>``; the name is what sits between the
 ``functions.`` prefix and the last ``:<digits>`` (a bare name is read too). Arguments are the

@@ -56,9 +56,10 @@ class Llama3JsonToolParser(ToolParser):
         p: int | None = None  # where a call may start (at "{"); None: text, from q
         q = 0
         if resume == AFTER_CALL:
-            p = q = self._next_call(text, 0, final=final)
+            p = self._next_call(text, 0, final=final)
             if p is None:
                 return ParsedTools("")
+            q = p
         elif resume != _CONTENT:
             p = skip_ws(text, 0)
             tag = p if text.startswith(self.start, p) else -1
@@ -100,13 +101,15 @@ class Llama3JsonToolParser(ToolParser):
                     if tag < 0:
                         return self._result(content, calls, errors, checkpoint, bad)
                     lead = ""
-                    p = q = self._next_call(text, tag, final=final)
+                    p = self._next_call(text, tag, final=final)
                     if p is None:
                         return self._result(content, calls, errors, checkpoint, bad)
+                    q = p
                     continue
             if not call:  # text after all: it and what follows up to a call are content
                 content.append(lead)
-                p, q, lead = None, p, ""
+                q, lead = p, ""
+                p = None
                 continue
             if obj.end is None:
                 if final:
@@ -118,9 +121,10 @@ class Llama3JsonToolParser(ToolParser):
             calls.append(ToolCallPart(obj.name, obj.arguments, True))
             lead = ""
             checkpoint = Checkpoint(obj.end, len("".join(content)), len(calls), len(errors), AFTER_CALL)
-            p = q = self._next_call(text, obj.end, final=final)
+            p = self._next_call(text, obj.end, final=final)
             if p is None:
                 return self._result(content, calls, errors, checkpoint, bad)
+            q = p
 
     @staticmethod
     def _result(content: list[str], calls: list[ToolCallPart], errors: list[str], checkpoint: Checkpoint | None,
