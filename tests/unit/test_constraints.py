@@ -116,6 +116,11 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
         return ("<|tool_calls_section_begin|>" + "".join(
             f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{a}<|tool_call_end|>"
             for i, (n, a) in enumerate(calls)) + "<|tool_calls_section_end|>")
+    if fmt in ("llama4_pythonic", "pythonic"):  # keyword arguments, values as Python literals
+        from tool_parsers._pythonic_grammar import python_literal
+
+        return "[" + ", ".join(f"{n}({', '.join(f'{k}={python_literal(v)}' for k, v in json.loads(a).items())})"
+                               for n, a in calls) + "]"
     if fmt in ("deepseek_v31", "deepseek_v3"):  # the pieces are DeepSeek's whole format
         f = get_tool_parser(fmt).format
         return f.section_begin + "".join(f.call_begin + n + f.name_end + a + f.call_end for n, a in calls) + f.section_end
@@ -139,7 +144,7 @@ def _glm_arguments(arguments: str) -> str:
 
 
 FORMATS = sorted(TOOL_PARSERS)
-CALLS_AT_START_ONLY = {"llama3_json"}
+CALLS_AT_START_ONLY = {"llama3_json", "llama4_pythonic", "pythonic"}
 NAMED_PING = {"type": "function", "function": {"name": "ping"}}
 
 

@@ -29,6 +29,8 @@ def _output(family: str, *, reasoning: bool) -> str:
     elif f.arguments_style == "glm_xml":  # arguments as <arg_key>/<arg_value> pairs
         calls = [(n, "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in json.loads(a).items()))
                  for n, a in CALLS]
+    elif f.arguments_style == "pythonic":  # keyword arguments, values as Python literals
+        calls = [(n, ", ".join(f"{k}={json.dumps(v)}" for k, v in json.loads(a).items())) for n, a in CALLS]
     else:
         calls = list(CALLS)
     body = f.separator.join(f.call_begin + name + f.name_end + args + f.call_end for name, args in calls)

@@ -1,0 +1,258 @@
+"""Pythonic tool calls: Llama 4 and Llama 3.2 (vLLM's ``llama4_pythonic`` and ``pythonic``).
+
+Format (vLLM's Llama 4 pythonic template)::
+
+    [get_weather(city="Paris", days=3), get_time(tz="UTC")]
+
+The list starts the answer (Llama 4 may wrap it in ``<|python_start|>...<|python_end|>``); an
+answer that does not open with ``[name(`` is text, so calls never follow text. Arguments are
+keyword arguments whose values are Python literals (strings with either quote, numbers,
+``True``/``False``/``None``, lists, dicts), read by :mod:`tool_parsers._py_literal`, never
+evaluated. The parser is bound to the request's schemas (:meth:`with_tools`): a value is kept
+as written when it fits the schema, and a quoted value whose schema allows no string is read
+as its type (the template writes history values quoted: ``days="3"`` for an integer is 3).
+Arguments stream as OpenAI JSON that only grows: a string as it is written, other values when
+they close. A call that breaks makes its text content (with ``errors`` saying why); the calls
+before it stay, and so does a list the text cuts off after a complete call.
+
+XGrammar has no pythonic argument style, so the family owns its structural tag
+(:class:`PythonicCallFormat`, grammars from :mod:`tool_parsers._pythonic_grammar`).
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from ._py_literal import is_open_string, scan_literal, string_prefix
+from ._scan import JsonError, skip_ws
+from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, streams_as_text, typed_value
+from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
+
+__all__ = ["PythonicToolParser", "PythonicCallFormat", "FAMILIES"]
+
+PYTHON_START, PYTHON_END = "<|python_start|>", "<|python_end|>"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CONTENT, _CALLS, _AFTER = "content", "calls", "after"  # resume words: all text / in the list / after it
+
+
+@dataclass(frozen=True)
+class PythonicCallFormat(CallFormat):
+    """The pieces (for prompts and round trips) and the grammar: each call an EBNF grammar typed by its schema."""
+
+    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
+                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+        from ._pythonic_grammar import UnsupportedSchema, call_grammar
+
+        calls = []
+        for name, schema in tools:
+            try:
+                calls.append({"type": "grammar", "grammar": call_grammar(name, schema)})
+            except UnsupportedSchema as exc:
+                from server.structured.constraints import ConstraintError  # (the 400 every schema error is)
+
+                raise ConstraintError(f"The tool {name!r} cannot be called in the pythonic format: {exc}.",
+                                      "tools") from None
+        one = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+        more = [{"type": "star", "content": {"type": "sequence", "elements": [
+            {"type": "const_string", "value": self.separator}, one]}}] if parallel else []
+        block = {"type": "sequence", "elements": [{"type": "const_string", "value": self.section_begin}, one, *more,
+                                                  {"type": "const_string", "value": self.section_end}]}
+        if mode == "required":
+            return block
+        # auto: the calls, or text in which no call list could open (calls only start the answer)
+        return {"type": "or", "elements": [block, {"type": "grammar", "grammar": _TEXT}]}
+
+
+# Text without "[", optional whitespace, a name, optional whitespace, "(": what the parser would
+# read as the opening of a call list (markdown links, "[1]" and the like stay possible).
+_TEXT = r"""root ::= "" | [^\[] root | "[" b1
+b1 ::= "" | [ \t\r\n] b1 | [A-Za-z_] b2 | "[" b1 | [^\[ \t\r\nA-Za-z_] root
+b2 ::= "" | [A-Za-z0-9_.\-] b2 | [ \t\r\n] b3 | "[" b1 | [^\[( \t\r\nA-Za-z0-9_.\-] root
+b3 ::= "" | [ \t\r\n] b3 | "[" b1 | [^\[( \t\r\n] root
+"""
+
+
+class PythonicToolParser(SchemaBound):
+    """A Python list of calls at the start of the answer."""
+
+    name: ClassVar[str] = "llama4_pythonic"
+    start: ClassVar[str] = PYTHON_START  # optional; the list may also start bare
+    end: ClassVar[str] = PYTHON_END
+    format: ClassVar[CallFormat] = PythonicCallFormat(
+        trigger="[", section_begin="[", call_begin="", name_end="(", call_end=")", separator=", ", section_end="]",
+        calls_follow_text=False, arguments_style="pythonic")
+
+    def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
+        if resume == _CONTENT:
+            return _all_content(text, 0)
+        if resume == _AFTER:
+            return _after(text, 0, [], [], final=final)
+        if resume == _CALLS:
+            return self._calls(text, None, 0, final=final)
+        p = skip_ws(text, 0)
+        if text.startswith(PYTHON_START, p):
+            p = skip_ws(text, p + len(PYTHON_START))
+        elif not final and PYTHON_START.startswith(text[p:]):
+            return ParsedTools("")  # whitespace, or the tag still being written: wait
+        opens = _opens_calls(text, p, final=final)
+        if opens is None:
+            return ParsedTools("")  # "[name" so far: a call list or text, the next characters say
+        if not opens:
+            return _all_content(text, 0)
+        return self._calls(text, p + 1, skip_ws(text, p + 1), final=final)
+
+    def _calls(self, text: str, list_start: int | None, i: int, *, final: bool) -> ParsedTools:
+        """The calls from ``i``; ``list_start``: where the list opened (None: resumed after a call)."""
+        calls: list[ToolCallPart] = []
+        errors: list[str] = []
+        checkpoint: Checkpoint | None = None
+        after_call = list_start is None  # at i: a separator or "]" (else a call)
+        n = len(text)
+        while True:
+            start = i
+            try:
+                if after_call:
+                    i = skip_ws(text, i)
+                    if i < n and text[i] == ",":
+                        i = skip_ws(text, i + 1)
+                        if i < n and text[i] != "]":
+                            after_call = False
+                            continue
+                    if i >= n:
+                        return ParsedTools("", tuple(calls), tuple(errors), checkpoint)  # cut: the calls stay
+                    if text[i] != "]":
+                        raise JsonError("expected ',' or ']' after a call", i)
+                    return _after(text, i + 1, calls, errors, final=final)
+                call, end = self._call(text, i, final=final)
+            except JsonError as exc:
+                where = 0 if not calls and list_start is not None else start
+                errors.append(f"{self.name}: malformed tool call at offset {where} ({exc}); kept as content")
+                return ParsedTools(_without_tag(text[where:]) if where == 0 else text[where:].lstrip(),
+                                   tuple(calls), tuple(errors), checkpoint, ((where, n if final else None),))
+            calls.append(call)
+            if end is None:
+                return ParsedTools("", tuple(calls), tuple(errors), checkpoint)
+            checkpoint = Checkpoint(end, 0, len(calls), len(errors), _CALLS)
+            i, after_call = end, True
+
+    def _call(self, text: str, i: int, *, final: bool) -> tuple[ToolCallPart, int | None]:
+        """The call at ``i`` (``name(k=v, ...)``) and where it ends; None: still being written."""
+        m = _NAME.match(text, i)
+        if m is None:
+            if i >= len(text) and not final:
+                return ToolCallPart(None, "", False), None
+            raise JsonError("expected a function name", i)
+        r = skip_ws(text, m.end())
+        if r >= len(text):
+            if final:
+                raise JsonError("the text ends inside a tool call", len(text))
+            return ToolCallPart(None, "", False), None
+        if text[r] != "(":
+            raise JsonError("expected '(' after the function name", r)
+        return self._arguments(text, r + 1, m.group(), final=final)
+
+    def _arguments(self, text: str, i: int, name: str, *, final: bool) -> tuple[ToolCallPart, int | None]:
+        schema = self._schemas.get(name)
+        done: list[tuple[str, Any]] = []
+        n = len(text)
+
+        def cut(open_text: tuple[str, str] | None = None) -> tuple[ToolCallPart, None]:
+            if final:
+                raise JsonError("the text ends inside a tool call", n)
+            args = arguments_json(done, open_text, complete=False) if done or open_text else ""
+            return ToolCallPart(name, args, False), None
+
+        while True:
+            i = skip_ws(text, i)
+            if i >= n:
+                return cut()
+            if text[i] == ")":
+                return ToolCallPart(name, arguments_json(done, complete=True), True), i + 1
+            m = _KEY.match(text, i)
+            if m is None:
+                raise JsonError("expected a keyword argument", i)
+            key = m.group()
+            j = skip_ws(text, m.end())
+            if j >= n:
+                return cut()
+            if text[j] != "=":
+                raise JsonError("expected '=' (pythonic calls take keyword arguments)", j)
+            if any(k == key for k, _ in done):
+                raise JsonError(f"keyword argument {key!r} repeated", i)
+            v = skip_ws(text, j + 1)
+            prop = property_schema(schema, key)
+            got = scan_literal(text, v, final=final) if v < n else None
+            if got is None:  # the value is still being written: a string streams as it is written
+                return cut((key, string_prefix(text, v)) if is_open_string(text, v) and streams_as_text(prop) else None)
+            value, i = got
+            done.append((key, _typed(value, prop)))
+            i = skip_ws(text, i)
+            if i >= n:
+                return cut()
+            if text[i] == ",":
+                i += 1
+            elif text[i] != ")":
+                raise JsonError("expected ',' or ')'", i)
+
+
+def _typed(value: Any, schema: Any) -> Any:
+    """A value as written when it fits the schema; a string whose schema allows no string, read as its type."""
+    if isinstance(value, str) and schema is not None and not _fits(value, _types(schema)):
+        return typed_value(value, schema)
+    return value
+
+
+def _opens_calls(text: str, p: int, *, final: bool) -> bool | None:
+    """Whether the text at ``p`` opens a call list (``[`` then ``name(``); None: not known yet."""
+    if p >= len(text):
+        return None if not final else False
+    if text[p] != "[":
+        return False
+    q = skip_ws(text, p + 1)
+    m = _NAME.match(text, q)
+    if m is None:
+        return None if q >= len(text) and not final else False
+    r = skip_ws(text, m.end())
+    if r >= len(text):
+        return None if not final else False
+    return text[r] == "("
+
+
+def _without_tag(text: str) -> str:
+    """Text that is not calls, without the python tags (special tokens, never content)."""
+    return text.replace(PYTHON_START, "", 1) if text.lstrip().startswith(PYTHON_START) else text
+
+
+def _all_content(text: str, start: int) -> ParsedTools:
+    content = _without_tag(text[start:])
+    return ParsedTools(content, checkpoint=Checkpoint(len(text), len(content), 0, 0, _CONTENT))
+
+
+def _after(text: str, p: int, calls: list[ToolCallPart], errors: list[str], *, final: bool) -> ParsedTools:
+    """After the list's ``]``: an optional ``<|python_end|>``, then text (whitespace only: layout)."""
+    checkpoint = Checkpoint(p, 0, len(calls), len(errors), _AFTER)
+    q = skip_ws(text, p)
+    if text.startswith(PYTHON_END, q):
+        p = q + len(PYTHON_END)
+    elif not final and PYTHON_END.startswith(text[q:]):
+        return ParsedTools("", tuple(calls), tuple(errors), checkpoint)
+    rest = text[p:]
+    return ParsedTools(rest if rest.strip() else "", tuple(calls), tuple(errors), checkpoint)
+
+
+_TEMPLATE_MARK = re.compile(r"\[func_name1\(")
+
+
+def _detect(template: str) -> bool:
+    """vLLM's pythonic templates (Llama 4's and Llama 3.2's) show the call syntax as ``[func_name1(...``."""
+    return bool(_TEMPLATE_MARK.search(template))
+
+
+FAMILIES = (
+    ModelFamily(name="llama4_pythonic", parser=PythonicToolParser(), detect=_detect, detect_order=25),
+    # vLLM's name for the same format (Llama 3.2, ToolACE); the parser reads both
+    ModelFamily(name="pythonic", parser=PythonicToolParser(name="pythonic"), detect=lambda t: False, detect_order=26),
+)
