@@ -2,10 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from reasoning_parsers.base import ReasoningParser
 from server.config import Settings
 from server.engine.base import Engine
+from server.lru import BoundedLRU
+from tool_parsers.base import ToolParser
+
+if TYPE_CHECKING:  # types only (never imported at run time, so the layers still run down)
+    from server.chat.render import ChatRenderer
+    from server.structured.from_request import BuiltConstraint
+    from server.structured.grammar_cache import GrammarCache
 
 __all__ = ["ServerState", "check_model"]
 
@@ -14,10 +22,10 @@ __all__ = ["ServerState", "check_model"]
 class ServerState:
     settings: Settings
     engine: Engine
-    renderer: Any  # server.chat.render.ChatRenderer
-    grammar_cache: Any  # server.grammar_cache.GrammarCache | None
-    tool_parser: Any = None  # tool_parsers.base.ToolParser | None
-    reasoning_parser: Any = None  # reasoning_parsers.base.ReasoningParser | None
+    renderer: ChatRenderer
+    grammar_cache: GrammarCache | None
+    tool_parser: ToolParser | None = None
+    reasoning_parser: ReasoningParser | None = None
     draining: bool = False
     engine_dead: bool = False
     ready: bool = False
@@ -25,7 +33,7 @@ class ServerState:
     running: set[str] = field(default_factory=set)  # engine request ids now generating
     cut: bool = False  # the drain limit passed: running requests were aborted and reported so
     # built constraints by their ConstraintSpec (server.structured.from_request.new_constraint_memo)
-    constraint_memo: Any = None
+    constraint_memo: BoundedLRU[str, BuiltConstraint] | None = None
 
     def enter(self) -> None:
         self.in_flight += 1
