@@ -84,7 +84,7 @@ class EngineFlags:
         return args + self._common()
 
     def vllm_args(self) -> list[str]:
-        # what server/runner.py's apply_platform_defaults + server/engine/vllm_engine.py pass on CPU
+        # what server/runner.py's engine_options + server/engine/vllm_engine.py pass on CPU
         args = ["--max-model-len", str(self.max_model_len), "--dtype", "bfloat16", "--enforce-eager", "--seed", "0",
                 "--gpu-memory-utilization", "0.1", "--no-enable-chunked-prefill",
                 "--max-num-batched-tokens", str(max(self.max_model_len, 2048)), "--generation-config", "vllm",

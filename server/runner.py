@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -23,7 +23,10 @@ from server.engine.vllm_plugin import ENV_FLAG as ENGINE_PLUGIN_FLAG
 from server.logs import configure_logging
 from server.state import ServerState
 
-__all__ = ["serve", "serve_api_process", "engine_options", "build_state", "apply_platform_defaults", "freeze_startup_heap"]
+if TYPE_CHECKING:  # pragma: no cover - vllm_engine imports vLLM, loaded only when an engine starts
+    from server.engine.vllm_engine import EngineOptions
+
+__all__ = ["serve", "serve_api_process", "engine_options", "build_state", "set_engine_environment", "freeze_startup_heap"]
 
 log = logging.getLogger("gramserve")
 
@@ -32,59 +35,51 @@ EXIT_DRAIN_CUT = 4  # SIGTERM's drain limit passed with requests unfinished
 CUT_GRACE_S = 5.0  # after aborting, time for the cut responses to reach their clients
 
 
-def apply_platform_defaults(settings: Settings) -> dict[str, Any]:
-    """Engine options with CPU-sane defaults where the user gave none."""
-    cpu = is_cpu_only()
+def set_engine_environment(settings: Settings) -> None:
+    """The engine's environment variables that follow from ``settings`` (vLLM reads them, not options)."""
     os.environ["VLLM_XGRAMMAR_CACHE_MB"] = str(settings.grammar_cache_mb)  # the engine's own cache
     os.environ.setdefault(ENGINE_PLUGIN_FLAG, "1")  # grammar compiles in the engine at low CPU priority (0: off)
-    if cpu:
+    if is_cpu_only():
         space = settings.kv_cache_space_gib or float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"))
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(int(space) if float(space).is_integer() else space)
-    max_model_len = settings.max_model_len or (4096 if cpu else None)
-    return {
-        "cpu": cpu,
-        # CPU: a prompt prefilled in chunks discards the partial step's sample, and vLLM then rewinds
-        # the request's seeded generator, which torch's CPU generator cannot do ("CPU Generator does
-        # not use offset"): the engine dies. Whole prompts only; every prompt fits one step.
-        "enable_chunked_prefill": False if cpu else None,
-        "max_num_batched_tokens": max(max_model_len or 0, 2048) if cpu else None,  # an int on CPU
-        "enforce_eager": settings.enforce_eager if settings.enforce_eager is not None else cpu,
-        "gpu_memory_utilization": settings.gpu_memory_utilization or (0.1 if cpu else 0.9),
-        "max_model_len": max_model_len,
-        # CPU: float32. bf16 kernels (AMX, AVX512-BF16) move logprobs by up to ~0.4 nat, enough to
-        # flip near-tied greedy tokens, so the answer depended on the CPU; float32 matches the
-        # reference exactly at ~0.6-0.7x the speed (README, "CPU dtype"; bench/dtype.py).
-        "dtype": settings.dtype if settings.dtype != "auto" or not cpu else "float32",
-    }
 
 
-def engine_options(settings: Settings) -> Any:
-    """The engine's options for these settings (the embedded model when none is given): one place,
-    for this process's engine and for the engine core several API processes share."""
+def engine_options(settings: Settings) -> EngineOptions:
+    """The engine's options for these settings, with this platform's defaults where the user gave
+    none (the embedded model when no --model): one place, for this process's engine and for the
+    engine core several API processes share. Sets the engine's environment too."""
     from server.engine.vllm_engine import EngineOptions
 
-    defaults = apply_platform_defaults(settings)
+    set_engine_environment(settings)
+    cpu = is_cpu_only()
     model = settings.model
     if model is None:
         from server.default_model import ensure_default_model
 
         model = str(ensure_default_model())
+    max_model_len = settings.max_model_len or (4096 if cpu else None)
     return EngineOptions(
         model=model,
         served_model_name=settings.model_name,
-        max_model_len=defaults["max_model_len"],
-        dtype=defaults["dtype"],
+        max_model_len=max_model_len,
+        # CPU: float32. bf16 kernels (AMX, AVX512-BF16) move logprobs by up to ~0.4 nat, enough to
+        # flip near-tied greedy tokens, so the answer depended on the CPU; float32 matches the
+        # reference exactly at ~0.6-0.7x the speed (README, "CPU dtype"; bench/dtype.py).
+        dtype=settings.dtype if settings.dtype != "auto" or not cpu else "float32",
         tensor_parallel_size=settings.tensor_parallel_size,
         pipeline_parallel_size=settings.pipeline_parallel_size,
         distributed_executor_backend=settings.distributed_executor_backend,
-        gpu_memory_utilization=defaults["gpu_memory_utilization"],
-        enforce_eager=defaults["enforce_eager"],
+        gpu_memory_utilization=settings.gpu_memory_utilization or (0.1 if cpu else 0.9),
+        enforce_eager=settings.enforce_eager if settings.enforce_eager is not None else cpu,
         seed=settings.seed,
         max_num_seqs=settings.max_num_seqs,
         stream_interval=settings.stream_interval,
         trust_remote_code=settings.trust_remote_code,
-        enable_chunked_prefill=defaults["enable_chunked_prefill"],
-        max_num_batched_tokens=defaults["max_num_batched_tokens"],
+        # CPU: a prompt prefilled in chunks discards the partial step's sample, and vLLM then rewinds
+        # the request's seeded generator, which torch's CPU generator cannot do ("CPU Generator does
+        # not use offset"): the engine dies. Whole prompts only; every prompt fits one step.
+        enable_chunked_prefill=False if cpu else None,
+        max_num_batched_tokens=max(max_model_len or 0, 2048) if cpu else None,  # an int on CPU
         break_loops=settings.loop_breaker,
     )
 

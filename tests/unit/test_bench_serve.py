@@ -322,15 +322,15 @@ def test_vllm_server_gets_gramserve_engine_settings(monkeypatch) -> None:
     for var in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_XGRAMMAR_CACHE_MB", runner.ENGINE_PLUGIN_FLAG):
         monkeypatch.setenv(var, os.environ.get(var, ""))  # restored after the test
     monkeypatch.setattr(runner, "is_cpu_only", lambda: True)
-    flags = EngineFlags(max_model_len=2048, kv_cache_gib=3, max_num_seqs=16)
-    defaults = runner.apply_platform_defaults(settings_from_args(flags.gramserve_args()))
+    flags = EngineFlags(max_model_len=2048, kv_cache_gib=3, max_num_seqs=16, model=__import__("pathlib").Path("/m"))
+    options = runner.engine_options(settings_from_args(flags.gramserve_args()))
     cmd = vllm_cmd(8000, flags, model=__import__("pathlib").Path("/m"))
     opt = {k: v for k, v in zip(cmd, cmd[1:]) if k.startswith("--")}
-    assert int(opt["--max-model-len"]) == defaults["max_model_len"] == 2048
-    assert int(opt["--max-num-batched-tokens"]) == defaults["max_num_batched_tokens"]
-    assert float(opt["--gpu-memory-utilization"]) == defaults["gpu_memory_utilization"]
-    assert opt["--dtype"] == defaults["dtype"] and defaults["enforce_eager"] and "--enforce-eager" in cmd
-    assert defaults["enable_chunked_prefill"] is False and "--no-enable-chunked-prefill" in cmd
+    assert int(opt["--max-model-len"]) == options.max_model_len == 2048
+    assert int(opt["--max-num-batched-tokens"]) == options.max_num_batched_tokens
+    assert float(opt["--gpu-memory-utilization"]) == options.gpu_memory_utilization
+    assert opt["--dtype"] == options.dtype and options.enforce_eager and "--enforce-eager" in cmd
+    assert options.enable_chunked_prefill is False and "--no-enable-chunked-prefill" in cmd
     assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == flags.env()["VLLM_CPU_KVCACHE_SPACE"] == "3"
     assert opt["--max-num-seqs"] == "16" and opt["--tool-call-parser"] == "hermes"
     assert json.loads(opt["--structured-outputs-config"]) == {"backend": "xgrammar", "disable_any_whitespace": True}
