@@ -52,6 +52,7 @@ class Checkpoint:
     calls: int
     errors: int
     resume: str | None = None
+    reasoning: int = 0  # ``reasoning[:reasoning]`` of the parse is settled too (see ParsedTools.reasoning)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,9 @@ class ParsedTools:
     # while the region is still open (streaming). A stream that already sent part of such a
     # call resumes parsing at ``end``.
     malformed: tuple[tuple[int, int | None], ...] = ()
+    # Reasoning found by the tool parser itself, for formats whose channels carry it between
+    # messages (Harmony's analysis channel); it follows the reasoning parser's. Only grows.
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,10 @@ class ToolParser(ABC):
     # so a stream may append generated text to them without a parse (MessageStream's fast
     # path). False for formats whose arguments are converted (XML parameters, keywords).
     raw_arguments: ClassVar[bool] = True
+    # True for formats whose output is all channels (Harmony): the parser also finds the message's
+    # content and reasoning, so the server runs it on every request (tools or not; calls are then
+    # dropped) and keeps special tokens in the output when its markers are special.
+    channels: ClassVar[bool] = False
 
     def __init__(self, **data: object) -> None:
         """A variant as data: ``name``, ``start``, ``end`` or ``format`` given here override the

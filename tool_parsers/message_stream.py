@@ -465,7 +465,8 @@ class MessageStream:
             kept = self._without_repeats(self._done.calls + kept)[first:]
         while len(self._ids) < first + len(kept):
             self._ids.append(self._new_id())
-        parsed = Parsed(reasoning, result.content, tuple(kept), tuple(self._ids[first : first + len(kept)]))
+        parsed = Parsed(reasoning + result.reasoning, result.content, tuple(kept),
+                        tuple(self._ids[first : first + len(kept)]))
         if cp is None or cp.pos == 0 or settled_kept > len(kept):
             return parsed, None
         return parsed, (cp, settled_kept, tuple(dropped[:settled_dropped]))
@@ -475,6 +476,10 @@ class MessageStream:
         sent, done = self._sent, self._done
         if cp.content:
             done.content.append(sent.content[: cp.content])
+        if cp.reasoning:  # reasoning the tool parser found (after the reasoning parser's, if any)
+            k = len(self._reasoning) + cp.reasoning
+            done.reasoning.append(sent.reasoning[:k])
+            sent, self._reasoning = Parsed(sent.reasoning[k:], sent.content, sent.tool_calls, sent.tool_call_ids), ""
         done.calls.extend(sent.tool_calls[:calls])
         done.errors.extend(self._tail_errors[: cp.errors])
         done.dropped.extend(dropped)
@@ -498,6 +503,8 @@ class MessageStream:
             self._stream_errors.append(f"stopped streaming: {exc}")
             return False
         sent, done = self._sent, self._done
+        done.reasoning.append(sent.reasoning)
+        self._reasoning = ""
         done.content.append(sent.content)
         done.calls.extend(sent.tool_calls)
         # The parser's errors up to this region's (the one after those of the last parse sent),
@@ -512,7 +519,7 @@ class MessageStream:
         done.errors.extend(errors)
         done.dropped.extend(self._tail_dropped)
         self._tail_errors, self._tail_dropped, self._sent_errors = (), (), 0
-        self._sent = Parsed(sent.reasoning, "")
+        self._sent = Parsed("", "")
         self._tail, self._resume = self._tail[region[1] :], AFTER_CALL
         self._known_bad = frozenset()
         self._scan_cache.clear()

@@ -143,7 +143,9 @@ def _glm_arguments(arguments: str) -> str:
                    for k, v in values.items())
 
 
-FORMATS = sorted(TOOL_PARSERS)
+# Harmony (gpt_oss, openai) writes all text as channel messages, never free text around calls: its
+# grammar's tests are test_gpt_oss.py's (real call text, rejections, every mode, the reasoning prefix).
+FORMATS = sorted(n for n in TOOL_PARSERS if not get_tool_parser(n).channels)
 CALLS_AT_START_ONLY = {"llama3_json", "llama4_pythonic", "pythonic"}
 NAMED_PING = {"type": "function", "function": {"name": "ping"}}
 

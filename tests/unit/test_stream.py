@@ -149,6 +149,9 @@ _PIECES = [
     '"parameters": {}}', "[", "]", "{", "}", ", ", ";", '"', "get_weather", '{"x": [1, 2]}', "oops",
     '[{"name": "f", "arguments": {"b": [true]}}]', 'f{"a": 1}', "get_weather[ARGS]{}", '{"name": "get_weather", ',
     '"parameters": {"city": "Zürich"}}', "</",
+    # Harmony (gpt_oss): messages, channels and a call's header
+    "<|channel|>analysis<|message|>", "<|end|><|start|>assistant", "<|channel|>final<|message|>",
+    "<|channel|>commentary to=functions.f <|constrain|>json<|message|>", "<|call|>",
 ]
 
 
