@@ -21,6 +21,10 @@ from tool_parsers.openai_message import assistant_message, call_delta, function_
 
 __all__ = ["SCHEMA_VALIDATED", "chat_response", "chat_stream"]
 
+# The per-token fast paths below on (False: every update takes the general path; tests compare the two
+# byte for byte, tests/unit/test_chat_frames.py).
+FAST_PATHS = True
+
 # Per choice, when the output was validated against a json_schema after generation:
 # valid | invalid | skipped_length (non-streamed: also the x-gramserve-schema-validated header).
 SCHEMA_VALIDATED = "schema_validated"
@@ -165,7 +169,7 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
                 if not isinstance(u, ChoiceUpdate):
                     continue
                 ch = u.choice
-                if len(u.deltas) == 1 and not u.finish_reason and not req.logprobs and ch.index in opened:
+                if FAST_PATHS and len(u.deltas) == 1 and not u.finish_reason and not req.logprobs and ch.index in opened:
                     # The per-token hot paths, byte for byte what the general path below frames.
                     d = u.deltas[0]
                     if d.content and not d.reasoning and not d.tool_calls:
@@ -186,10 +190,10 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
                 events: list[bytes] = []  # one engine chunk's events go out in one write
                 for k, body in enumerate(bodies):
                     lp = _logprobs_json(u.logprobs) if (req.logprobs and k == lp_at) else None
-                    if lp is None and len(body) == 1 and "content" in body:  # the per-token hot path
+                    if FAST_PATHS and lp is None and len(body) == 1 and "content" in body:  # the per-token hot path
                         events.append(fast.content(ch.index, body["content"]))
                         continue
-                    if lp is None and _is_arguments_fragment(body):  # the hot path of a tool call
+                    if FAST_PATHS and lp is None and _is_arguments_fragment(body):  # the hot path of a tool call
                         call = body["tool_calls"][0]
                         events.append(fast.arguments(ch.index, call["index"], call["function"]["arguments"]))
                         continue

@@ -1,0 +1,76 @@
+"""server/plan/chat_frames.py: the per-token fast paths (a text delta, an arguments fragment framed by
+``ContentFrames`` without building a chunk dict) give exactly the bytes the general path gives, for every
+kind of stream: the same requests are streamed with ``FAST_PATHS`` on and off and the SSE bodies compared
+byte for byte (only the random ids and the creation time are masked)."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from server.plan import chat_frames
+from tests.unit._front import WEATHER_TOOL, stream_raw
+
+TIME_TOOL = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}
+TRICKY = 'He said "hi"\n\t\\ \u2028 \U0001f600 </script> \x1f é'  # escapes the fast framing must match
+CALLS = ('Checking.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\\"is \u00e9"}}\n</tool_call>\n'
+         '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>')
+_MASK = [(re.compile(r"chatcmpl-[0-9a-f]+"), "chatcmpl-X"), (re.compile(r'"created":\s?\d+'), '"created":0'),
+         (re.compile(r"call_[A-Za-z0-9]+"), "call_X")]
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
+    # name: (make_app options, engine pieces, request body)
+    "text": ({}, ["Hello", " world", "!"], {}),
+    "escapes": ({}, _pieces(TRICKY, 3), {}),
+    "n2_usage": ({}, _pieces(TRICKY, 4), {"n": 2, "stream_options": {"include_usage": True}}),
+    "logprobs": ({}, ["Hi", " there"], {"logprobs": True, "top_logprobs": 2}),
+    "tools": ({}, _pieces(CALLS, 5), {"tools": [WEATHER_TOOL, TIME_TOOL]}),
+    "tools_per_char": ({}, list(CALLS), {"tools": [WEATHER_TOOL, TIME_TOOL], "n": 2}),
+    "reasoning_then_call": ({"reasoning_parser": "qwen3"}, _pieces("<think>Plan " + TRICKY + "</think>" + CALLS, 4),
+                            {"tools": [WEATHER_TOOL, TIME_TOOL]}),
+    "legacy_functions": ({}, _pieces(CALLS, 6), {"functions": [WEATHER_TOOL["function"], TIME_TOOL["function"]]}),
+    "length": ({}, _pieces(TRICKY * 3, 2), {"max_tokens": 7}),
+}
+
+
+def _stream(make_app: Any, options: dict[str, Any], script: list[str], body: dict[str, Any]) -> bytes:
+    built = make_app(script=lambda req: list(script), **options)
+    raw = stream_raw(built.client(), messages=[{"role": "user", "content": "Go."}], **body)
+    for pattern, repl in _MASK:
+        raw = pattern.sub(repl, raw)
+    return raw.encode()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_fast_paths_frame_exactly_what_the_general_path_frames(make_app: Any, name: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    options, script, body = CASES[name]
+    used: list[str] = []
+
+    class Counting(chat_frames.ContentFrames):  # type: ignore[misc]
+        def content(self, *args: Any) -> bytes:
+            used.append("content")
+            return super().content(*args)
+
+        def arguments(self, *args: Any) -> bytes:
+            used.append("arguments")
+            return super().arguments(*args)
+
+    monkeypatch.setattr(chat_frames, "ContentFrames", Counting)
+    fast = _stream(make_app, options, script, body)
+    fast_used = list(used)
+    monkeypatch.setattr(chat_frames, "FAST_PATHS", False)
+    general = _stream(make_app, options, script, body)
+    assert fast == general
+    assert len(used) == len(fast_used)  # the general run framed nothing through the fast paths
+    if not body.get("logprobs"):  # (with logprobs every chunk carries them: the general path only)
+        assert "content" in fast_used
+    if body.get("tools") or body.get("functions"):
+        assert "arguments" in fast_used or body.get("functions")
