@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.unit._front import CHAT
-from tests.unit.family_cases import check_case, grammar_accepts, load_family, pieces, reply_calls
+from tests.unit.family_cases import check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
 from tool_parsers import detect_tool_parser, get_family, get_tool_parser
 from tool_parsers.mistral import mistral_tool_call_id
 
@@ -276,23 +276,11 @@ def test_grammar_modes(parser: str) -> None:
 
 def _app(make_app: Any, hf_model_dir: Path, parser: str, tmp_path: Path) -> Any:
     """The built-in template for mistral, mistral-common's own v11 / v13 templates for those."""
-    from server.chat.render import ChatRenderer
-
     if parser == "mistral":
-        template = "mistral"
-    else:
-        path = tmp_path / f"{parser}.jinja"
-        path.write_text(_template("v11" if parser == "mistral_v11" else "v13"), encoding="utf-8")
-        template = str(path)
-    renderer = ChatRenderer.from_model(model_dir_or_tokenizer=str(hf_model_dir),
-                                       chat_template=template).for_family(get_family(parser))
-
-    def build(script: list[str]) -> Any:
-        built = make_app(script=lambda req: list(script), tool_parser=parser)
-        built.state.renderer = renderer
-        return built
-
-    return build
+        return family_app(make_app, hf_model_dir, template="mistral", parser=parser)
+    path = tmp_path / f"{parser}.jinja"
+    path.write_text(_template("v11" if parser == "mistral_v11" else "v13"), encoding="utf-8")
+    return family_app(make_app, hf_model_dir, template=str(path), parser=parser)
 
 
 @pytest.mark.parametrize("stream", [False, True])
