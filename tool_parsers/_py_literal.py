@@ -39,9 +39,12 @@ def scan_literal(text: str, p: int, *, final: bool) -> tuple[Any, int] | None:
     the text while streaming (a number or name reaching the end may still grow). :class:`JsonError`
     when it is no literal (or cut off at the final parse)."""
     if p >= len(text):
-        return _cut(text, final, "a value")
+        _cut(text, final, "a value")
+        return None
     c = text[p]
     if c in "'\"":
+        if not final and text[p:] == c * 2:
+            return None  # an empty string, or a triple-quoted one opening
         end = string_end(text, p, final=final)
         if end is None:
             return None
@@ -50,8 +53,10 @@ def scan_literal(text: str, p: int, *, final: bool) -> tuple[Any, int] | None:
         return _container(text, p, final=final)
     if c in "+-.0123456789":
         m = _NUMBER.match(text, p)
-        if m is None or (m.end() == len(text) and not final):
-            return None if m is not None or not final else _cut(text, final, "a number")
+        if m is None:
+            raise JsonError("expected a number", p)
+        if m.end() == len(text) and not final:
+            return None
         return _number(m.group(), p), m.end()
     m = _NAME.match(text, p)
     if m is None:
@@ -65,9 +70,9 @@ def scan_literal(text: str, p: int, *, final: bool) -> tuple[Any, int] | None:
 
 
 def _cut(text: str, final: bool, what: str) -> None:
+    """The text ends here: an error at the final parse (else the caller waits for more)."""
     if final:
         raise JsonError(f"the text ends inside {what}", len(text))
-    return None
 
 
 def _number(token: str, p: int) -> int | float:
@@ -90,7 +95,8 @@ def _container(text: str, p: int, *, final: bool) -> tuple[Any, int] | None:
     i = skip_ws(text, p + 1)
     while True:
         if i >= len(text):
-            return _cut(text, final, "a value")
+            _cut(text, final, "a value")
+            return None
         if text[i] == close:
             if is_dict is None:  # {}
                 is_dict = True
@@ -103,10 +109,12 @@ def _container(text: str, p: int, *, final: bool) -> tuple[Any, int] | None:
         if is_dict is None:
             is_dict = i < len(text) and text[i] == ":"
             if i >= len(text):
-                return _cut(text, final, "a value")
+                _cut(text, final, "a value")
+                return None
         if is_dict:
             if i >= len(text):
-                return _cut(text, final, "a value")
+                _cut(text, final, "a value")
+                return None
             if text[i] != ":":
                 raise JsonError("expected ':'", i)
             if isinstance(value, (dict, list)):
@@ -119,7 +127,8 @@ def _container(text: str, p: int, *, final: bool) -> tuple[Any, int] | None:
         else:
             items.append(value)
         if i >= len(text):
-            return _cut(text, final, "a value")
+            _cut(text, final, "a value")
+            return None
         if text[i] == ",":
             i = skip_ws(text, i + 1)
         elif text[i] != close:
@@ -144,7 +153,8 @@ def string_end(text: str, p: int, *, final: bool) -> int | None:
             i = j + 2
             continue
         return k + len(quote)
-    return _cut(text, final, "a string")
+    _cut(text, final, "a string")
+    return None
 
 
 def is_open_string(text: str, p: int) -> bool:
@@ -163,6 +173,8 @@ def string_prefix(text: str, p: int) -> str:
     """What the string literal opened at ``p`` and cut off by the end of the text holds so far:
     an escape cut off at the end (and, in a triple-quoted string, quotes that may close it) held back."""
     quote = _quote(text, p)
+    if text[p:] == quote * 2:
+        return ""
     stop = len(text)
     while len(quote) == 3 and stop > p + 3 and len(text) - stop < 2 and text[stop - 1] == quote[0]:
         stop -= 1

