@@ -116,6 +116,12 @@ class CallFormat:
         constraint builder assembles the pieces."""
         return None
 
+    def answer(self, content: dict[str, Any]) -> dict[str, Any] | None:
+        """The family's frame around a constrained answer (``response_format``, structured outputs)
+        for formats whose text sits in messages (Harmony's final channel). None (the default): the
+        answer is the output as it stands."""
+        return None
+
 
 class ToolParser(ABC):
     """One tool-call format. Markers and the format are class data.

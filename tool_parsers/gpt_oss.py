@@ -54,27 +54,41 @@ class HarmonyCallFormat(CallFormat):
                        arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
         """Any analysis or preamble messages, then one call (more with ``parallel``) or, under
         auto, the final message. A call's end is the stop token ``<|call|>`` or nothing (the
-        engine stops at it); a leading ``<|start|>assistant`` is allowed so a reasoning prefix
-        (the first analysis message) may come before."""
-        def message(begin: str) -> dict[str, Any]:
-            return {"type": "tag", "begin": begin, "content": {"type": "any_text"}, "end": [END]}
-
-        calls: list[dict[str, Any]] = [{"type": "tag", "begin": begin.format(name=name), "content": arguments(schema), "end": [CALL, ""]}
-                 for name, schema in tools for begin in _CALL_BEGINS]
+        engine stops at it)."""
+        calls: list[dict[str, Any]] = [
+            {"type": "tag", "begin": begin.format(name=name), "content": arguments(schema), "end": [CALL, ""]}
+            for name, schema in tools for begin in _CALL_BEGINS]
         call: dict[str, Any] = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
         if parallel:
             call = {"type": "sequence", "elements": [call, {"type": "star", "content": {
                 "type": "sequence", "elements": [{"type": "const_string", "value": ASSISTANT}, call]}}]}
-        last = [call]
         if mode == "auto":
-            last.append({"type": "tag", "begin": CHANNEL + "final" + MESSAGE, "content": {"type": "any_text"},
-                         "end": [END, RETURN, ""]})
-        before = {"type": "star", "content": {"type": "sequence", "elements": [
-            {"type": "or", "elements": [message(CHANNEL + "analysis" + MESSAGE), message(CHANNEL + "commentary" + MESSAGE)]},
-            {"type": "const_string", "value": ASSISTANT}]}}
-        return {"type": "sequence", "elements": [
-            {"type": "optional", "content": {"type": "const_string", "value": ASSISTANT}}, before,
-            last[0] if len(last) == 1 else {"type": "or", "elements": last}]}
+            call = {"type": "or", "elements": [call, _final({"type": "any_text"})]}
+        return _after_messages(call)
+
+    def answer(self, content: dict[str, Any]) -> dict[str, Any] | None:
+        """A constrained answer (``response_format``) is the final message's body."""
+        return _after_messages(_final(content))
+
+
+def _final(content: dict[str, Any]) -> dict[str, Any]:
+    """The final message holding ``content`` (vLLM's harmony tag: with or without a json type)."""
+    finals = [{"type": "tag", "begin": CHANNEL + "final" + constrain + MESSAGE, "content": content,
+               "end": [END, RETURN, ""]} for constrain in ("", " " + CONSTRAIN + "json", " json")]
+    return {"type": "or", "elements": finals}
+
+
+def _after_messages(last: dict[str, Any]) -> dict[str, Any]:
+    """``last`` after any analysis or preamble messages. A leading ``<|start|>assistant`` is allowed,
+    so that the reasoning parser's block (the first analysis message) may come before."""
+    def message(channel: str) -> dict[str, Any]:
+        return {"type": "tag", "begin": CHANNEL + channel + MESSAGE, "content": {"type": "any_text"}, "end": [END]}
+
+    before = {"type": "star", "content": {"type": "sequence", "elements": [
+        {"type": "or", "elements": [message("analysis"), message("commentary")]},
+        {"type": "const_string", "value": ASSISTANT}]}}
+    return {"type": "sequence", "elements": [
+        {"type": "optional", "content": {"type": "const_string", "value": ASSISTANT}}, before, last]}
 
 
 # How gpt-oss writes a function call's header (vLLM's harmony tag; the first is what it writes most)

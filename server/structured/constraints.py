@@ -221,6 +221,14 @@ def tool_call_format(
     return _seq(first, {"type": "star", "content": _seq(_const(fmt.separator), any_call)})
 
 
+def _framed_answer(tool_format: str | CallFormat | None, answer: dict[str, Any]) -> dict[str, Any] | None:
+    """``answer`` in the family's frame (``CallFormat.answer``), or None when it has none."""
+    if tool_format is None:
+        return None
+    fmt = _tool_formats().get(tool_format) if isinstance(tool_format, str) else tool_format
+    return None if fmt is None else fmt.answer(answer)
+
+
 def _reasoning_prefix(spec: ReasoningSpec) -> dict[str, Any]:
     """Free text up to ``spec.end`` (optional unless pre-opened or required), then whitespace."""
     block = {
@@ -584,7 +592,10 @@ def constraint_from_request(
         entries = [e for e in entries if e[0] in allowed]
 
     if mode == "none":
-        return None if response is None else _finish(response.fmt, reasoning, response.plain)
+        if response is None:
+            return None
+        framed = _framed_answer(tool_format, response.fmt)  # Harmony: the answer is the final message's body
+        return _finish(framed or response.fmt, reasoning, None if framed else response.plain)
     if mode == "auto" and not tool_constraints:
         return None
     fmt_spec = _resolve_format(tool_format)
@@ -597,4 +608,5 @@ def constraint_from_request(
         return _finish(tool_call_format(fmt_spec, entries, mode="auto", parallel=parallel_tool_calls), reasoning, None)
     # auto + JSON answer: either the calls (no free text) or the constrained answer.
     calls = tool_call_format(fmt_spec, entries, mode="required", parallel=parallel_tool_calls)
-    return _finish({"type": "or", "elements": [calls, response.fmt]}, reasoning, None)
+    answer = fmt_spec.answer(response.fmt) or response.fmt
+    return _finish({"type": "or", "elements": [calls, answer]}, reasoning, None)

@@ -168,6 +168,12 @@ def _response_format(req: AnyRequest) -> dict[str, Any] | None:
     return rf
 
 
+def _frames_answers(caps: Capabilities, req: AnyRequest) -> bool:
+    """Whether a chat answer is framed by the family's format (Harmony's final channel), tools or not."""
+    fmt = caps.call_format
+    return fmt is not None and isinstance(req, ChatCompletionRequest) and fmt.answer({"type": "any_text"}) is not None
+
+
 def constraint_spec(req: AnyRequest, caps: Capabilities, *, think: bool = True) -> ConstraintSpec:
     """The spec of ``req`` on a server that can enforce ``caps``. ``think`` False leaves the
     think block out (capped thinking runs it as its own engine phase)."""
@@ -178,6 +184,6 @@ def constraint_spec(req: AnyRequest, caps: Capabilities, *, think: bool = True) 
         reasoning = caps.reasoning  # text completions are not split into reasoning and answer
     return ConstraintSpec(
         response_format=_response_format(req), structured_outputs=_dump(req.structured_outputs),
-        tools=tools, call_format=caps.call_format if tools else None, reasoning=reasoning,
+        tools=tools, call_format=caps.call_format if tools or _frames_answers(caps, req) else None, reasoning=reasoning,
         limits=caps.limits, tool_constraints=caps.tool_constraints,
     )

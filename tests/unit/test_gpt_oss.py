@@ -340,3 +340,50 @@ def test_responses_api_returns_reasoning_and_the_call(app: Any) -> None:
     assert "reasoning" in kinds and kinds[-1] == "function_call", kinds
     call = items[-1]
     assert call["name"] == "get_current_weather" and json.loads(call["arguments"]) == {"city": "Paris", "unit": "celsius"}
+
+
+# --- structured outputs: the answer is the final message's body ----------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+          "additionalProperties": False}
+JSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "w", "schema": SCHEMA, "strict": True}}
+
+
+@pytest.mark.parametrize("tools", [None, GRAMMAR_TOOLS], ids=["no-tools", "auto-tools"])
+def test_a_json_answer_is_framed_as_the_final_message(tools: list[dict[str, Any]] | None) -> None:
+    from server.structured.constraints import constraint_from_request
+
+    c = constraint_from_request(response_format=JSON_FORMAT, structured_outputs=None, tools=tools,
+                                tool_choice="auto" if tools else None, parallel_tool_calls=True, tool_format="gpt_oss")
+    assert c is not None and c.kind == "structural_tag"
+    assert _accepts(c, ANALYSIS + '<|channel|>final<|message|>{"city": "Paris"}<|return|>')
+    assert _accepts(c, '<|channel|>final <|constrain|>json<|message|>{"city": "Paris"}')
+    assert not _accepts(c, '{"city": "Paris"}'), "the answer is a message, not bare text"
+    assert not _accepts(c, ANALYSIS + '<|channel|>final<|message|>{"city": 1}')
+    assert not _accepts(c, ANALYSIS + "<|channel|>final<|message|>Paris.")
+    assert _accepts(c, ANALYSIS + CALL) == (tools is not None)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_json_schema_answer_end_to_end(app: Any, grammar_cache: Any, stream: bool) -> None:
+    from tests.unit._front import events, stream_raw
+
+    built = app(pieces(ANALYSIS + '<|channel|>final<|message|>{"city": "Paris"}'))
+    body = {"messages": [{"role": "user", "content": "Capital of France as JSON."}], "response_format": JSON_FORMAT}
+    if stream:
+        content = reasoning = ""
+        for event in events(stream_raw(built.client(), **body)):
+            if event != "[DONE]" and event["choices"]:
+                delta = event["choices"][0]["delta"]
+                content += delta.get("content") or ""
+                reasoning += delta.get("reasoning_content") or ""
+    else:
+        r = built.client().post(CHAT, json=body)
+        assert r.status_code == 200, r.text
+        msg = r.json()["choices"][0]["message"]
+        content, reasoning = msg["content"], msg["reasoning_content"]
+    assert json.loads(content) == {"city": "Paris"}
+    assert reasoning == "The user wants the weather; call get_current_weather."
+    request = built.engine.requests[-1]
+    assert request.constraint.kind == "structural_tag" and grammar_cache.compile(request.constraint).ok
+    assert "<|channel|>final<|message|>" in json.dumps(request.constraint.value)
