@@ -450,3 +450,20 @@ def test_metrics_unknown_paths_bounded_label(make_app):
     text = c.get("/metrics").text
     assert "/no/such/path/12345" not in text
     assert 'endpoint="other",status="404"' in text
+
+
+def test_one_access_line_per_request_with_its_fields(make_app, caplog: pytest.LogCaptureFixture) -> None:
+    """The access line (written without logging's caller lookup) carries what an operator greps for,
+    in the JSON format the server logs in."""
+    import logging
+
+    from server.logs import JsonFormatter
+
+    built = make_app()
+    with caplog.at_level(logging.INFO, logger="gramserve.access"):
+        r = built.client().post("/v1/chat/completions", json={"messages": USER})
+    lines = [rec for rec in caplog.records if rec.name == "gramserve.access" and rec.getMessage() == "request"]
+    assert r.status_code == 200 and len(lines) == 1
+    out = json.loads(JsonFormatter().format(lines[0]))
+    assert out["request_id"] == r.headers["x-request-id"] and out["status"] == 200 and out["level"] == "info"
+    assert (out["method"], out["path"]) == ("POST", "/v1/chat/completions") and out["duration_s"] >= 0
