@@ -50,11 +50,8 @@ class PythonicCallFormat(CallFormat):
         for name, schema in tools:
             try:
                 calls.append({"type": "grammar", "grammar": call_grammar(name, schema)})
-            except UnsupportedSchema as exc:
-                from server.structured.constraints import ConstraintError  # (the 400 every schema error is)
-
-                raise ConstraintError(f"The tool {name!r} cannot be called in the pythonic format: {exc}.",
-                                      "tools") from None
+            except UnsupportedSchema as exc:  # the constraint builder makes it a 400 naming the tools
+                raise UnsupportedSchema(f"The tool {name!r} cannot be called in the pythonic format: {exc}.") from None
         one = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
         more = [{"type": "star", "content": {"type": "sequence", "elements": [
             {"type": "const_string", "value": self.separator}, one]}}] if parallel else []

@@ -187,8 +187,13 @@ def tool_call_format(
     formats read only at the start: the calls, or free text without the trigger.
     required: one or more calls and nothing else. ``parallel`` False: exactly one call at most.
     """
-    own = fmt.structural_tag(tools, mode=mode, parallel=parallel,  # a family that owns its grammar
-                             arguments=lambda schema: _json_format(schema, fmt.arguments_style))
+    try:
+        own = fmt.structural_tag(tools, mode=mode, parallel=parallel,  # a family that owns its grammar
+                                 arguments=lambda schema: _json_format(schema, fmt.arguments_style))
+    except ConstraintError:
+        raise
+    except ValueError as exc:  # tools the family's format cannot express (its message says why)
+        raise ConstraintError(str(exc), "tools") from None
     if own is not None:
         return own
     calls = [(_call_begin(fmt, n), _json_format(s, fmt.arguments_style)) for n, s in tools]
