@@ -40,7 +40,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from bench.serve import Cell, default_requests, markdown_table, run_cell
+from bench.serve import Cell, capacity_table, default_requests, markdown_table, run_cell
 
 __all__ = ["EngineFlags", "MODELS", "model_dir", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios",
            "main"]
@@ -113,6 +113,18 @@ def gramserve_cmd(port: int, flags: EngineFlags) -> list[str]:
     return [str(REPO / ".venv" / "bin" / "gramserve"), "serve", "--port", str(port), *flags.gramserve_args()]
 
 
+def checkout(ref: str) -> Path:
+    """A detached worktree of ``ref`` (made once, under /tmp) for a ``gramserve@REF`` target: gramserve
+    as it was at that commit, run by this checkout's Python (``python -m server`` from that folder)."""
+    sha = subprocess.run(["git", "rev-parse", "--short", ref], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    path = Path(tempfile.gettempdir()) / f"gramserve-{sha}"
+    if not (path / "server").is_dir():
+        subprocess.run(["git", "worktree", "add", "--detach", "--force", str(path), sha], cwd=REPO, check=True,
+                       capture_output=True)
+    return path
+
+
 def vllm_cmd(port: int, flags: EngineFlags, model: Path) -> list[str]:
     # vLLM's api_server entry point runs one API process; bench.vllm_server takes `vllm serve`'s path
     entry = "bench.vllm_server" if flags.api_server_count > 1 else "vllm.entrypoints.openai.api_server"
@@ -122,8 +134,9 @@ def vllm_cmd(port: int, flags: EngineFlags, model: Path) -> list[str]:
             "--chat-template", str(REPO / "chat_templates" / "hermes.jinja"), *flags.vllm_args()]
 
 
-def _start(cmd: list[str], env: dict[str, str], port: int, log: Path, timeout: float = 900) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO,
+def _start(cmd: list[str], env: dict[str, str], port: int, log: Path, timeout: float = 900,
+           cwd: Path = REPO) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=cwd,
                             start_new_session=True)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -205,15 +218,15 @@ async def _interleaved_cells(servers: dict[str, "_Server"], a: argparse.Namespac
 class _Server:
     """One server process at a time, restartable."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], port: int, log: Path) -> None:
-        self.cmd, self.env, self.port, self.log = cmd, env, port, log
+    def __init__(self, cmd: list[str], env: dict[str, str], port: int, log: Path, cwd: Path = REPO) -> None:
+        self.cmd, self.env, self.port, self.log, self.cwd = cmd, env, port, log, cwd
         self.starts = 0
         self.proc = self._start()
 
     def _start(self) -> subprocess.Popen:
         self.starts += 1
         log = self.log if self.starts == 1 else self.log.with_suffix(f".{self.starts}.log")
-        return _start(self.cmd, self.env, self.port, log)
+        return _start(self.cmd, self.env, self.port, log, cwd=self.cwd)
 
     def restart(self) -> None:
         _stop(self.proc)
@@ -343,7 +356,9 @@ def _ints(text: str) -> list[int]:
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="concurrency 1,8 and 64 tokens (a few minutes)")
-    ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated, from gramserve,vllm,engine")
+    ap.add_argument("--targets", default=",".join(TARGETS),
+                    help="comma-separated, from gramserve,vllm,engine and gramserve@REF (gramserve at an earlier "
+                         "commit, from a worktree under /tmp: before/after a change, e.g. gramserve,gramserve@HEAD~3)")
     ap.add_argument("--workloads", default="plain,json_schema,tools,agent")
     ap.add_argument("--concurrency", default="1,8,32,64")
     ap.add_argument("--max-tokens", "--lengths", dest="lengths", default="128",
@@ -370,7 +385,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _server_cmd(target: str, port: int, flags: EngineFlags, model: Path) -> list[str]:
+    if target.startswith("gramserve@"):  # an earlier gramserve, from its worktree (see _server_cwd)
+        return [str(PY), "-m", "server", "serve", "--port", str(port), *flags.gramserve_args()]
     return gramserve_cmd(port, flags) if target == "gramserve" else vllm_cmd(port, flags, model)
+
+
+def _server_cwd(target: str) -> Path:
+    return checkout(target.split("@", 1)[1]) if target.startswith("gramserve@") else REPO
+
+
+def _others(targets: Sequence[str]) -> list[str]:
+    """What gramserve is compared with, in the order given (vllm, engine, gramserve@REF)."""
+    return [t for t in targets if t != "gramserve"]
 
 
 def _interleaved_runs(a: argparse.Namespace, targets: Sequence[str], flags: EngineFlags, model: Path, logs: Path,
@@ -384,7 +410,7 @@ def _interleaved_runs(a: argparse.Namespace, targets: Sequence[str], flags: Engi
         for j, target in enumerate(http):
             print(f"# starting {target} ({time.monotonic() - t0:.0f} s)", flush=True)
             servers[target] = _Server(_server_cmd(target, a.port + j, flags, model), flags.env(), a.port + j,
-                                      logs / f"{target}-interleaved.log")
+                                      logs / f"{target}-interleaved.log", cwd=_server_cwd(target))
         for rep in range(a.repeats):
             print(f"# repeat {rep + 1}/{a.repeats}: {', '.join(http)} interleaved ({time.monotonic() - t0:.0f} s)",
                   flush=True)
@@ -425,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
                 if target == "engine":
                     cells += _engine_cells(a, flags, log)
                     continue
-                server = _Server(_server_cmd(target, a.port, flags, model), flags.env(), a.port, log)
+                server = _Server(_server_cmd(target, a.port, flags, model), flags.env(), a.port, log,
+                                 cwd=_server_cwd(target))
                 try:
                     cells += asyncio.run(_http_cells(target, server, a))
                 finally:
@@ -433,7 +460,10 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(cells)
     all_cells = [c for cells in runs for c in cells]
     print("\n## Cells\n\n" + markdown_table(all_cells))
-    others = [t for t in ("vllm", "engine") if t in targets]
+    if 1 in a.concurrency and len(a.concurrency) > 1:
+        print("\n## Capacity: the highest concurrency holding ITL p99 under 2x its c1 value\n\n"
+              + capacity_table(all_cells))
+    others = _others(targets)
     rows = ratio_rows(runs, others=others) if "gramserve" in targets else []
     if rows:
         print(f"\n## Ratios gramserve / other ({a.repeats} repeat(s): median (min-max))\n\n" + ratio_table(rows, others))

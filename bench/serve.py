@@ -29,7 +29,7 @@ import httpx
 from bench._proc import CpuSample, cpu_sample, listening_pid
 from bench.workloads import WORKLOADS, build_workload
 
-__all__ = ["RequestResult", "Cell", "percentile", "summarize", "parse_sse_line", "stream_one", "run_cell",
+__all__ = ["RequestResult", "Cell", "percentile", "summarize", "capacity_rows", "capacity_table", "parse_sse_line", "stream_one", "run_cell",
            "run_level", "markdown_table", "default_requests", "main"]
 
 
@@ -65,6 +65,8 @@ class Cell:
     cpu_engine_s: float | None = None  # its descendants
     cpu_api_sys_s: float | None = None  # the kernel part of cpu_api_s (socket writes, polls)
     first_error: str | None = None
+    ttft_p99: float | None = None
+    itl_p99: float | None = None
 
     @property
     def cpu_api_per_1k(self) -> float | None:
@@ -114,6 +116,7 @@ def summarize(results: Sequence[RequestResult], *, wall_s: float, target: str, w
         e2e_p50=percentile(e2es, 50), e2e_p95=percentile(e2es, 95),
         cpu_api_s=cpu[0] if cpu else None, cpu_engine_s=cpu[1] if cpu else None, cpu_api_sys_s=cpu_api_sys,
         first_error=bad[0].error if bad else None,
+        ttft_p99=percentile(ttfts, 99), itl_p99=percentile(itls, 99),
     )
 
 
@@ -303,3 +306,37 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def capacity_rows(cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """Per target, workload and length: the highest concurrency whose ITL p99 stays under twice its
+    value at concurrency 1 (the latency a user planning capacity holds), with its figures. Needs
+    a c1 cell; the median cell per concurrency when repeated."""
+    groups: dict[tuple[str, str, int], dict[int, list[Cell]]] = {}
+    for c in cells:
+        groups.setdefault((c.target, c.workload, c.max_tokens), {}).setdefault(c.concurrency, []).append(c)
+    rows = []
+    for (target, workload, max_tokens), by_conc in groups.items():
+        median = {k: sorted(v, key=lambda c: c.tok_per_s)[len(v) // 2] for k, v in by_conc.items()}
+        base = median.get(1)
+        if base is None or base.itl_p99 is None:
+            continue
+        held = [k for k, c in sorted(median.items()) if c.itl_p99 is not None and c.itl_p99 < 2 * base.itl_p99]
+        best = median[max(held)] if held else base
+        rows.append({"target": target, "workload": workload, "max_tokens": max_tokens,
+                     "itl_p99_c1": base.itl_p99, "concurrency": best.concurrency, "tok_per_s": best.tok_per_s,
+                     "ttft_p50": best.ttft_p50, "ttft_p99": best.ttft_p99, "itl_p50": best.itl_p50,
+                     "itl_p99": best.itl_p99, "cpu_api_per_1k": best.cpu_api_per_1k})
+    return rows
+
+
+def capacity_table(cells: Sequence[Cell]) -> str:
+    """:func:`capacity_rows` as markdown."""
+    head = ("| target | workload | max_tokens | ITL p99 at c1 ms | highest conc with ITL p99 < 2x | tok/s "
+            "| TTFT p50/p99 ms | ITL p50/p99 ms | API CPU s/1k tok |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in capacity_rows(cells):
+        lines.append(f"| {r['target']} | {r['workload']} | {r['max_tokens']} | {_f(r['itl_p99_c1'], 1000, 1)} "
+                     f"| {r['concurrency']} | {r['tok_per_s']:.1f} | {_f(r['ttft_p50'], 1000)}/{_f(r['ttft_p99'], 1000)} "
+                     f"| {_f(r['itl_p50'], 1000, 1)}/{_f(r['itl_p99'], 1000, 1)} | {_f(r['cpu_api_per_1k'], 1, 3)} |")
+    return "\n".join(lines)

@@ -355,3 +355,20 @@ def test_pyspy_top_self_and_inclusive_shares() -> None:
     waiting = ["_bootstrap (threading.py:1002);_worker (concurrent/futures/thread.py:81) 50",
                "run (asyncio/base_events.py:600);select (selectors.py:469) 20"]
     assert parse_collapsed(lines + waiting, drop_leaf=IDLE_LEAVES) == stacks  # waits are not work
+
+
+def test_capacity_is_the_highest_concurrency_holding_itl_p99_under_twice_c1() -> None:
+    from bench.serve import Cell, capacity_rows, capacity_table
+
+    def cell(conc: int, itl_p99: float) -> Cell:
+        return Cell(target="gramserve", workload="plain", concurrency=conc, max_tokens=128, requests=8, errors=0,
+                    wall_s=1.0, tokens=1000, req_per_s=1.0, tok_per_s=100.0 * conc, ttft_p50=0.1, ttft_p95=0.2,
+                    itl_p50=0.01, itl_p95=0.02, e2e_p50=1.0, e2e_p95=1.0, ttft_p99=0.3, itl_p99=itl_p99)
+
+    cells = [cell(1, 0.010), cell(8, 0.015), cell(32, 0.019), cell(64, 0.021), cell(128, 0.018)]
+    (row,) = capacity_rows(cells)
+    assert row["concurrency"] == 128 and row["itl_p99_c1"] == 0.010  # 64 broke it, 128 held again: highest held
+    (row,) = capacity_rows(cells[:4])
+    assert row["concurrency"] == 32 and row["tok_per_s"] == 3200.0
+    assert capacity_rows(cells[1:]) == []  # no c1 cell: no base to hold
+    assert "| gramserve | plain | 128 | 10.0 | 32 |" in capacity_table(cells[:4])
