@@ -387,3 +387,51 @@ def test_json_schema_answer_end_to_end(app: Any, grammar_cache: Any, stream: boo
     request = built.engine.requests[-1]
     assert request.constraint.kind == "structural_tag" and grammar_cache.compile(request.constraint).ok
     assert "<|channel|>final<|message|>" in json.dumps(request.constraint.value)
+
+
+# --- the grammar over gpt-oss's own vocabulary ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def harmony_compiler() -> Any:
+    """XGrammar over o200k_harmony (openai_harmony, offline): Harmony's markers are single special tokens
+    there, and <|return|> / <|call|> stop generation. Tokens that are byte fragments
+    (not UTF-8 alone) are left empty: the texts below do not need them."""
+    import xgrammar as xgr
+    from openai_harmony import HarmonyEncodingName, load_harmony_encoding
+
+    enc = load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+    vocab = []
+    for i in range(201088):
+        try:
+            vocab.append(enc.decode_utf8([i]).encode())
+        except Exception:  # a byte fragment
+            vocab.append(b"")
+    stops = sorted(enc.stop_tokens_for_assistant_actions())  # <|return|>, <|call|>: what vLLM stops gpt-oss at
+    info = xgr.TokenizerInfo(vocab, vocab_type=xgr.VocabType.RAW, vocab_size=len(vocab), stop_token_ids=stops)
+    return enc, xgr.GrammarCompiler(info)
+
+
+@pytest.mark.parametrize("choice,text,stop,ok", [
+    ("auto", ANALYSIS + CALL, "<|call|>", True),
+    ("required", ANALYSIS + CALL, "<|call|>", True),
+    ("auto", ANALYSIS + "<|channel|>final<|message|>Sunny.", "<|return|>", True),
+    ("required", ANALYSIS + "<|channel|>final<|message|>Sunny.", "<|return|>", False),  # a call was required
+    ("required", ANALYSIS + CALL.replace('"Paris"', "1"), "<|call|>", False),  # schema-breaking
+    ("required", ANALYSIS.removesuffix("<|start|>assistant"), "<|call|>", False),  # stopped before any call
+])
+def test_grammar_over_the_real_vocabulary(harmony_compiler: Any, choice: str, text: str, stop: str, ok: bool) -> None:
+    """The model's real token ids (markers as special tokens) pass the server's grammar, and the stop token
+    ends the turn right after a call or the final message, as the engine stops at <|call|> / <|return|>."""
+    import xgrammar as xgr
+
+    from server.structured.constraints import constraint_from_request
+
+    enc, compiler = harmony_compiler
+    c = constraint_from_request(response_format=None, structured_outputs=None, tools=GRAMMAR_TOOLS, tool_choice=choice,
+                                parallel_tool_calls=True, tool_format="gpt_oss")
+    assert c is not None
+    matcher = xgr.GrammarMatcher(compiler.compile_structural_tag(json.dumps(c.value)))
+    ids = enc.encode(text + stop, allowed_special="all")
+    assert all(enc.is_special_token(i) for i in enc.encode("<|channel|><|message|><|end|><|start|>", allowed_special="all"))
+    accepted = all(matcher.accept_token(i) for i in ids)
+    assert (accepted and matcher.is_terminated()) == ok
