@@ -22,6 +22,7 @@ __all__ = ["call_grammar", "python_literal", "UnsupportedSchema"]
 
 # EBNF tokens: string literals, character classes, names, anything else one character at a time
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|.', re.S)
+_CALL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")  # what the parser reads as a function name
 _RULE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) ::=", re.M)
 _JSON_ESCAPE = '[\\"\\\\/bfnrt]'  # XGrammar's basic_escape: \/ is JSON only
 _PY_ESCAPE = '[\\"\\\\bfnrt]'
@@ -110,6 +111,8 @@ def call_grammar(name: str, schema: Any) -> str:
     """EBNF (start rule ``root``) for one call of ``name`` whose arguments follow ``schema``
     (an object schema, as the constraint builder normalised it). :class:`UnsupportedSchema` for a
     top level keyword arguments cannot express."""
+    if not _CALL_NAME.fullmatch(name):
+        raise UnsupportedSchema("a pythonic call's name starts with a letter or '_' (then letters, digits, '_', '.', '-')")
     schema = schema if isinstance(schema, Mapping) else {"type": "object"}
     props = schema.get("properties") or {}
     extra = schema.get("additionalProperties", not props)

@@ -133,14 +133,15 @@ def test_auto_text_is_text_the_parser_reads_as_text(text: str, accepted: bool) -
         assert parser.parse(text, final=True).tool_calls == ()
 
 
-@pytest.mark.parametrize("parameters,needle", [
-    ({"type": "object", "anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "string"}}}, "anyOf"),
-    ({"type": "object", "properties": {"first-name": {"type": "string"}}}, "'first-name'"),
+@pytest.mark.parametrize("name,parameters,needle", [
+    ("f", {"type": "object", "anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "string"}}}, "anyOf"),
+    ("f", {"type": "object", "properties": {"first-name": {"type": "string"}}}, "'first-name'"),
+    ("3d_render", {"type": "object"}, "starts with a letter"),
 ])
-def test_schemas_keyword_arguments_cannot_express_are_refused(parameters: dict[str, Any], needle: str) -> None:
-    tools = [{"type": "function", "function": {"name": "f", "parameters": parameters}}]
+def test_schemas_keyword_arguments_cannot_express_are_refused(name: str, parameters: dict[str, Any], needle: str) -> None:
+    tools = [{"type": "function", "function": {"name": name, "parameters": parameters}}]
     with pytest.raises(ConstraintError, match=needle) as err:
-        grammar_accepts("llama4_pythonic", tools, "[f()]", tool_choice="required")
+        grammar_accepts("llama4_pythonic", tools, f"[{name}()]", tool_choice="required")
     assert err.value.param == "tools"
 
 
