@@ -435,3 +435,13 @@ def test_grammar_over_the_real_vocabulary(harmony_compiler: Any, choice: str, te
     assert all(enc.is_special_token(i) for i in enc.encode("<|channel|><|message|><|end|><|start|>", allowed_special="all"))
     accepted = all(matcher.accept_token(i) for i in ids)
     assert (accepted and matcher.is_terminated()) == ok
+
+
+def test_without_a_reasoning_parser_analysis_never_reaches_content(make_app: Any, hf_model_dir: Any) -> None:
+    """Started without a reasoning parser (``--reasoning-parser`` unset), the analysis is still not content."""
+    build = family_app(make_app, hf_model_dir, template=str(TEMPLATES / "gpt_oss.jinja"), parser="openai")
+    built = build(pieces(CALLS["two_analysis_messages"]))
+    r = built.client().post(CHAT, json={"messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 200, r.text
+    msg = r.json()["choices"][0]["message"]
+    assert msg["content"] == "Done." and "reasoning_content" not in msg
