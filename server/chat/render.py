@@ -306,6 +306,7 @@ def normalize_messages(messages: Any, *, call_id: Callable[[str], str] | None = 
         item["role"] = "system" if role == "developer" else role
         item["content"] = _text_content(message.get("content"), f"{where}.content")
         if role == "assistant":
+            _reasoning_aliases(item, where)
             calls = message.get("tool_calls")
             if calls:
                 item["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls", call_id)
@@ -325,6 +326,24 @@ def normalize_messages(messages: Any, *, call_id: Callable[[str], str] | None = 
             item["tool_call_id"] = call_id(answered) if call_id else answered
         out.append(item)
     return out
+
+
+_REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")  # as clients send it / as templates read it
+
+
+def _reasoning_aliases(item: dict[str, Any], where: str) -> None:
+    """An earlier turn's thinking under every name templates read it by (Qwen3 and DeepSeek's
+    ``reasoning_content``, vLLM's ``reasoning``, gpt-oss's ``thinking``), from the first one given."""
+    given = next((k for k in _REASONING_KEYS if item.get(k) is not None), None)
+    if given is None:
+        return
+    text = item[given]
+    if not isinstance(text, str):
+        raise RenderError(f"{where}.{given} must be a string", f"{where}.{given}")
+    for key in _REASONING_KEYS:
+        item.setdefault(key, text)
+        if item[key] is None:
+            item[key] = text
 
 
 def normalize_tools(tools: Any) -> list[dict[str, Any]] | None:

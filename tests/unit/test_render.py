@@ -420,3 +420,25 @@ def test_builtin_template_markers_detect_their_own_parser(name: str) -> None:
     if detect is None:
         pytest.skip("tool_parsers.detect_tool_parser not available yet")
     assert detect(renderer(name).template_source) == name
+
+
+def test_an_earlier_turns_thinking_reaches_templates_under_each_name_they_read() -> None:
+    """A client sends ``reasoning_content`` (or ``reasoning``) back; gpt-oss's template reads ``thinking``,
+    Qwen3's ``reasoning_content``: each sees it, as its analysis message / think block."""
+    from tests.unit.family_cases import TEMPLATES
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    for key in ("reasoning_content", "reasoning", "thinking"):
+        messages = [{"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": None, key: "Need the weather tool.", "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+        gpt_oss = ChatRenderer.from_model(model_dir_or_tokenizer=None, chat_template=str(TEMPLATES / "gpt_oss.jinja"))
+        assert ("<|start|>assistant<|channel|>analysis<|message|>Need the weather tool.<|end|>"
+                "<|start|>assistant to=functions.get_weather") in gpt_oss.render(messages, tools=tools), key
+        qwen3 = ChatRenderer.from_model(model_dir_or_tokenizer=None, chat_template=str(TEMPLATES / "qwen3.jinja"))
+        assert "<think>\nNeed the weather tool.\n</think>\n\n<tool_call>" in qwen3.render(messages, tools=tools), key
+    bad = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y", "reasoning_content": 5}]
+    with pytest.raises(RenderError, match="reasoning_content must be a string"):
+        renderer("hermes").render(bad)
