@@ -54,7 +54,10 @@ def family_toks(hf_model_dir: Path, tok: Any) -> dict[str, Any]:
 
 
 def renderer(name: str) -> ChatRenderer:
-    return ChatRenderer.from_model(model_dir_or_tokenizer=None, chat_template=name)
+    """The built-in template as the server serves it: with its family's call-id rule."""
+    from tool_parsers import FAMILIES
+
+    return ChatRenderer.from_model(model_dir_or_tokenizer=None, chat_template=name).for_family(FAMILIES.get(name))
 
 
 def special_ids(t: Any) -> set[int]:
