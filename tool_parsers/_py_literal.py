@@ -18,7 +18,7 @@ from typing import Any
 
 from ._scan import JsonError, skip_ws
 
-__all__ = ["scan_literal", "string_prefix", "is_open_string", "NAME_LITERALS"]
+__all__ = ["scan_literal", "string_end", "string_prefix", "decode_literal", "is_open_string", "NAME_LITERALS"]
 
 NAME_LITERALS: dict[str, Any] = {"True": True, "False": False, "None": None,
                                  "true": True, "false": False, "null": None}  # (the JSON names: vLLM reads them too)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from ._py_literal import is_open_string, scan_literal, string_prefix
+from ._py_literal import is_open_string, scan_literal, string_end, string_prefix
 from ._scan import JsonError, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, streams_as_text, typed_value
 from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
@@ -35,6 +35,7 @@ __all__ = ["PythonicToolParser", "PythonicCallFormat", "FAMILIES"]
 PYTHON_START, PYTHON_END = "<|python_start|>", "<|python_end|>"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CLOSE = {"(": ")", "[": "]", "{": "}"}
 _CONTENT, _CALLS, _AFTER = "content", "calls", "after"  # resume words: all text / in the list / after it
 
 
@@ -84,7 +85,7 @@ class PythonicToolParser(SchemaBound):
 
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
         if resume == _CONTENT:
-            return _all_content(text, 0)
+            return _all_content(text, at_start=False)
         if resume == _AFTER:
             return _after(text, 0, [], [], final=final)
         if resume == _CALLS:
@@ -98,16 +99,29 @@ class PythonicToolParser(SchemaBound):
         if opens is None:
             return ParsedTools("")  # "[name" so far: a call list or text, the next characters say
         if not opens:
-            return _all_content(text, 0)
+            return _all_content(text, at_start=True)
         return self._calls(text, p + 1, skip_ws(text, p + 1), final=final)
 
     def _calls(self, text: str, list_start: int | None, i: int, *, final: bool) -> ParsedTools:
-        """The calls from ``i``; ``list_start``: where the list opened (None: resumed after a call)."""
+        """The calls from ``i``; ``list_start``: where the list opened (None: resumed after a call).
+
+        A call that breaks is content up to its closing parenthesis and the list goes on after it
+        (as vLLM keeps the calls beside an unconvertible one); with no closing parenthesis, the
+        rest of the text is content. While no call has been read, content runs from the start of
+        the answer, so a list without a single call is its whole text."""
         calls: list[ToolCallPart] = []
         errors: list[str] = []
+        content: list[str] = []
+        bad: list[tuple[int, int | None]] = []
         checkpoint: Checkpoint | None = None
+        read = list_start is None  # a call has been read (a resumed parse starts after one)
+        text_from = 0  # while none has: where the content not yet added starts
         after_call = list_start is None  # at i: a separator or "]" (else a call)
         n = len(text)
+
+        def result(tail: str = "") -> ParsedTools:
+            return ParsedTools("".join(content) + tail, tuple(calls), tuple(errors), checkpoint, tuple(bad))
+
         while True:
             start = i
             try:
@@ -119,20 +133,28 @@ class PythonicToolParser(SchemaBound):
                             after_call = False
                             continue
                     if i >= n:
-                        return ParsedTools("", tuple(calls), tuple(errors), checkpoint)  # cut: the calls stay
+                        return result()  # cut: the calls stay
                     if text[i] != "]":
                         raise JsonError("expected ',' or ']' after a call", i)
-                    return _after(text, i + 1, calls, errors, final=final)
+                    if not read:  # not one call: the list is text
+                        return result(text[text_from:])
+                    return _after(text, i + 1, calls, errors, final=final, before=result())
                 call, end = self._call(text, i, final=final)
             except JsonError as exc:
-                where = 0 if not calls and list_start is not None else start
-                errors.append(f"{self.name}: malformed tool call at offset {where} ({exc}); kept as content")
-                return ParsedTools(_without_tag(text[where:]) if where == 0 else text[where:].lstrip(),
-                                   tuple(calls), tuple(errors), checkpoint, ((where, n if final else None),))
+                errors.append(f"{self.name}: malformed tool call at offset {start} ({exc}); kept as content")
+                skip = _call_end(text, start) if not after_call else None
+                piece = text[start:skip].lstrip() if read else text[text_from:skip]
+                content.append(_without_tag(piece) if not read and text_from == 0 else piece)
+                bad.append((start, skip if skip is not None or not final else n))
+                if skip is None:
+                    return result()
+                i, after_call, text_from = skip, True, skip
+                continue
             calls.append(call)
             if end is None:
-                return ParsedTools("", tuple(calls), tuple(errors), checkpoint)
-            checkpoint = Checkpoint(end, 0, len(calls), len(errors), _CALLS)
+                return result()
+            read = True
+            checkpoint = Checkpoint(end, len("".join(content)), len(calls), len(errors), _CALLS)
             i, after_call = end, True
 
     def _call(self, text: str, i: int, *, final: bool) -> tuple[ToolCallPart, int | None]:
@@ -223,21 +245,52 @@ def _without_tag(text: str) -> str:
     return text.replace(PYTHON_START, "", 1) if text.lstrip().startswith(PYTHON_START) else text
 
 
-def _all_content(text: str, start: int) -> ParsedTools:
-    content = _without_tag(text[start:])
+def _all_content(text: str, *, at_start: bool) -> ParsedTools:
+    content = _without_tag(text) if at_start else text
     return ParsedTools(content, checkpoint=Checkpoint(len(text), len(content), 0, 0, _CONTENT))
 
 
-def _after(text: str, p: int, calls: list[ToolCallPart], errors: list[str], *, final: bool) -> ParsedTools:
-    """After the list's ``]``: an optional ``<|python_end|>``, then text (whitespace only: layout)."""
-    checkpoint = Checkpoint(p, 0, len(calls), len(errors), _AFTER)
+def _after(text: str, p: int, calls: list[ToolCallPart], errors: list[str], *, final: bool,
+           before: ParsedTools | None = None) -> ParsedTools:
+    """After the list's ``]``: an optional ``<|python_end|>``, then text (whitespace only: layout).
+    ``before``: what the list itself gave (content of broken calls, their regions)."""
+    head = before.content if before else ""
+    bad = before.malformed if before else ()
+    checkpoint = Checkpoint(p, len(head), len(calls), len(errors), _AFTER)
     q = skip_ws(text, p)
     if text.startswith(PYTHON_END, q):
         p = q + len(PYTHON_END)
     elif not final and PYTHON_END.startswith(text[q:]):
-        return ParsedTools("", tuple(calls), tuple(errors), checkpoint)
+        return ParsedTools(head, tuple(calls), tuple(errors), checkpoint, bad)
     rest = text[p:]
-    return ParsedTools(rest if rest.strip() else "", tuple(calls), tuple(errors), checkpoint)
+    return ParsedTools(head + (rest if rest.strip() else ""), tuple(calls), tuple(errors), checkpoint, bad)
+
+
+def _call_end(text: str, i: int) -> int | None:
+    """Where the call at ``i`` ends: after the parenthesis that closes its ``(`` (strings and
+    brackets inside skipped); None: no such parenthesis (yet), or brackets that do not match."""
+    p = text.find("(", i)
+    if p < 0 or not _NAME.fullmatch(text[i:p].rstrip()):
+        return None
+    stack = [")"]
+    p += 1
+    while p < len(text):
+        c = text[p]
+        if c in "'\"":
+            end = string_end(text, p, final=False)
+            if end is None:
+                return None
+            p = end
+            continue
+        if c in _CLOSE:
+            stack.append(_CLOSE[c])
+        elif c in ")]}":
+            if stack.pop() != c:
+                return None
+            if not stack:
+                return p + 1
+        p += 1
+    return None
 
 
 _TEMPLATE_MARK = re.compile(r"\[func_name1\(")

@@ -221,3 +221,61 @@ def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
         ("get_weather", {"city": "Paris", "days": 3}), ("get_time", {})]
     assert '<|header_start|>ipython<|header_end|>\n\n"sunny"<|eot|>' in prompt
     assert '<|header_start|>ipython<|header_end|>\n\n"noon"<|eot|>' in prompt
+
+
+# --- random outputs from the format's own pieces: streams agree with the whole parse, checkpoints hold ---
+
+_PIECES = ["[", "]", "(", ")", "get_weather(", "f(", "g", "=", "city", "'", '"', '"""', "x", "1", "-2.5", ", ", ",",
+           " ", "\n", "True", "None", "{", "}", ":", "b'z'", "\\", "\\u00e9", "<|python_start|>", "<|python_end|>",
+           "Hi", "é", ", bad(x=b'z')", "[g(b=x), ", ", f(a=[1, (2, ']')])"]
+
+
+def _random_texts(seed: str, count: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    good = ["[get_weather(city='LA', metric='C')", "[f(a=\"x\"), g(b='y')]", "[f()]", "[bad(x=b'z'), f(a='1')",
+            "<|python_start|>[get_time(), g(b=x), "]
+    return [(rng.choice(good) if rng.random() < 0.5 else "") + "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 9)))
+            for _ in range(count)]
+
+
+def test_random_outputs_stream_as_they_parse_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.parser_contract import check_agree, chunkings, run_nonstream, run_stream
+    from tool_parsers import message_stream
+    from tool_parsers.message_stream import MessageStream
+
+    monkeypatch.setattr(message_stream, "_SETTLE_AFTER", 1)  # settle at every checkpoint
+    schemas = tool_schemas(TOOLS) or {}
+
+    def make(**kw: Any) -> MessageStream:
+        return MessageStream(tool_parser=get_family("llama4_pythonic").parser, tool_names=tuple(schemas),
+                             tool_schemas=schemas, reasoning_parser=None, **kw)
+
+    for text in _random_texts("pythonic-streams", 120):
+        whole = run_nonstream(make, text)
+        for chunks in chunkings(text).values():
+            final = run_stream(make, chunks)
+            assert not any("stopped streaming" in e for e in final.errors), (text, final.errors)
+            if not any("kept as streamed" in e for e in final.errors):
+                check_agree(final, whole)
+
+
+def test_checkpoints_hold_for_every_continuation() -> None:
+    parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(TOOLS) or {})
+    checked = 0
+    for text in _random_texts("pythonic-checkpoints", 60):
+        for k in range(1, len(text) + 1):
+            settled = parser.parse(text[:k], final=False)
+            cp = settled.checkpoint
+            if cp is None:
+                continue
+            for m in range(k, len(text) + 1):
+                for final in (False, True) if m == len(text) else (False,):
+                    whole = parser.parse(text[:m], final=final)
+                    rest = parser.parse(text[cp.pos : m], final=final, resume=cp.resume)
+                    assert whole.content == settled.content[: cp.content] + rest.content, (text[:m], cp)
+                    assert whole.tool_calls == settled.tool_calls[: cp.calls] + rest.tool_calls, (text[:m], cp)
+                    assert len(whole.errors) == cp.errors + len(rest.errors), (text[:m], cp)
+                    checked += 1
+    assert checked > 1000
