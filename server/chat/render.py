@@ -90,6 +90,17 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def _fromjson(value: Any) -> Any:
+    """A JSON text as its value (else the value as it is): Mistral's template writes a tool result
+    that is JSON as that JSON, as mistral-common does. Parsing only; bounded by the request's size."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def compile_template(source: str) -> jinja2.Template:
     """Compile a chat template in the same sandbox transformers uses."""
     env = ImmutableSandboxedEnvironment(
@@ -98,6 +109,7 @@ def compile_template(source: str) -> jinja2.Template:
         extensions=[_GenerationTag, jinja2.ext.loopcontrols],
     )
     env.filters["tojson"] = _tojson
+    env.filters["fromjson"] = _fromjson  # gramserve's own (the built-in mistral template); not in transformers
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env.from_string(source)
