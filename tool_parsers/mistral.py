@@ -25,8 +25,11 @@ vLLM raises on a second ``[TOOL_CALLS]``; a server should not).
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from typing import ClassVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from ._blocks import BlockToolParser
 from ._calls import call_array, call_objects, named_arguments
@@ -40,6 +43,28 @@ _CALL_ID = "[CALL_ID]"  # v11 history calls carry their id: [TOOL_CALLS]f[CALL_I
 _ID_CHARS = re.compile(r"[A-Za-z0-9]*")
 
 
+@dataclass(frozen=True)
+class PreV11CallFormat(CallFormat):
+    """The pre-v11 array, with or without a space after the marker: SentencePiece (v3) models write
+    ``[TOOL_CALLS] [``, tekken ones (Nemo, Small 3.1) ``[TOOL_CALLS][``, as mistral-common encodes
+    each; the pieces (with the space) are what prompts and round trips write."""
+
+    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
+                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+        calls = [{"type": "sequence", "elements": [
+            {"type": "const_string", "value": self.call_begin + json.dumps(name, ensure_ascii=False)[1:-1] + self.name_end},
+            arguments(schema), {"type": "const_string", "value": self.call_end}]} for name, schema in tools]
+        call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+        more = {"type": "star", "content": {"type": "sequence", "elements": [
+            {"type": "const_string", "value": self.separator}, call]}}
+        inside = {"type": "sequence", "elements": [
+            {"type": "regex", "pattern": r" ?"}, {"type": "const_string", "value": "["}, call, *([more] if parallel else [])]}
+        tag = {"type": "tag", "begin": self.trigger, "content": inside, "end": self.section_end}
+        if mode == "required":
+            return tag
+        return {"type": "triggered_tags", "triggers": [self.trigger], "tags": [tag], "stop_after_first": True}
+
+
 class MistralToolParser(BlockToolParser):
     """``[TOOL_CALLS]`` sections; the format data describes the pre-v11 JSON array."""
 
@@ -47,7 +72,7 @@ class MistralToolParser(BlockToolParser):
     start: ClassVar[str] = "[TOOL_CALLS]"
     end: ClassVar[str] = ""  # a section runs to the next marker
     args_marker: ClassVar[str] = "[ARGS]"  # optional between a v11+ name and its arguments
-    format: ClassVar[CallFormat] = CallFormat(
+    format: ClassVar[CallFormat] = PreV11CallFormat(
         trigger="[TOOL_CALLS]", section_begin="[TOOL_CALLS] [", call_begin='{"name": "', name_end='", "arguments": ',
         call_end="}", separator=", ", section_end="]")
 

@@ -258,14 +258,14 @@ def test_v13_grammar_accepts_mistral_commons_v13_call_text(tokenizers: dict[str,
     assert not grammar_accepts("mistral_v11", TOOLS, text)
 
 
-@pytest.mark.xfail(strict=True, reason="the mistral format's section_begin is '[TOOL_CALLS] [' (SentencePiece v3 "
-                   "writes a space piece after the marker); tekken models (Nemo, Small 3.1, Large 2411) learnt "
-                   "'[TOOL_CALLS][' and the grammar does not allow it")
 def test_pre_v11_grammar_accepts_tekken_call_text(tokenizers: dict[str, Any]) -> None:
+    """SentencePiece v3 models write ``[TOOL_CALLS] [``, tekken ones (Nemo, Small 3.1, Large 2411)
+    ``[TOOL_CALLS][``: the pre-v11 grammar allows both (and nothing else there)."""
     prompt = _reference(tokenizers["v3_tekken"], CONVERSATIONS["parallel_results_last"], None)
     text = re.sub(r', "id": "[A-Za-z0-9]{9}"', "", prompt[prompt.index("[TOOL_CALLS]"):prompt.index("</s>")])
     assert text.startswith("[TOOL_CALLS][{")
-    assert grammar_accepts("mistral", TOOLS, text)
+    assert grammar_accepts("mistral", TOOLS, text) and grammar_accepts("mistral", TOOLS, text, tool_choice="required")
+    assert not grammar_accepts("mistral", TOOLS, text.replace("[TOOL_CALLS][", "[TOOL_CALLS]  ["))
 
 
 @pytest.mark.parametrize("parser", VARIANTS)
