@@ -4,19 +4,21 @@ Format (vLLM's Llama 4 pythonic template)::
 
     [get_weather(city="Paris", days=3), get_time(tz="UTC")]
 
-The list starts the answer (Llama 4 may wrap it in ``<|python_start|>...<|python_end|>``); an
-answer that does not open with ``[name(`` is text, so calls never follow text. Arguments are
-keyword arguments whose values are Python literals (strings with either quote, numbers,
-``True``/``False``/``None``, lists, dicts), read by :mod:`tool_parsers._py_literal`, never
-evaluated. The parser is bound to the request's schemas (:meth:`with_tools`): a value is kept
-as written when it fits the schema, and a quoted value whose schema allows no string is read
-as its type (the template writes history values quoted: ``days="3"`` for an integer is 3).
-Arguments stream as OpenAI JSON that only grows: a string as it is written, other values when
-they close. A call that breaks makes its text content (with ``errors`` saying why); the calls
-before it stay, and so does a list the text cuts off after a complete call.
+The list starts the answer, bare or behind ``<|python_start|>`` (closed by an optional
+``<|python_end|>``); after text, only a list behind ``<|python_start|>`` is calls (as SGLang reads
+Llama 4), a bare one is text (as vLLM reads it). Arguments are keyword arguments whose values are
+Python literals (strings with either quote, numbers, ``True``/``False``/``None``, lists, dicts),
+read by :mod:`tool_parsers._py_literal`, never evaluated. The parser is bound to the request's
+schemas (:meth:`with_tools`): a value is kept as written when it fits the schema, and a quoted
+value whose schema allows no string is read as its type (the template writes history values
+quoted: ``days="3"`` for an integer is 3). Arguments stream as OpenAI JSON that only grows: a
+string as it is written, other values when they close. A call that breaks is content up to its
+closing parenthesis (``errors`` says why) and the calls around it stay; a list the text cuts off
+keeps the calls it completed.
 
 XGrammar has no pythonic argument style, so the family owns its structural tag
-(:class:`PythonicCallFormat`, grammars from :mod:`tool_parsers._pythonic_grammar`).
+(:class:`PythonicCallFormat`, grammars from :mod:`tool_parsers._pythonic_grammar`): the bare list,
+and under ``auto`` the list or text in which no list opens.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from ._py_literal import is_open_string, scan_literal, string_end, string_prefix
-from ._scan import JsonError, skip_ws
+from ._scan import JsonError, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, streams_as_text, typed_value
 from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
 
@@ -85,11 +87,11 @@ class PythonicToolParser(SchemaBound):
 
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
         if resume == _CONTENT:
-            return _all_content(text, at_start=False)
+            return self._text(text, 0, final=final)
         if resume == _AFTER:
             return _after(text, 0, [], [], final=final)
         if resume == _CALLS:
-            return self._calls(text, None, 0, final=final)
+            return self._calls(text, 0, final=final, opened_at=None)
         p = skip_ws(text, 0)
         if text.startswith(PYTHON_START, p):
             p = skip_ws(text, p + len(PYTHON_START))
@@ -99,24 +101,48 @@ class PythonicToolParser(SchemaBound):
         if opens is None:
             return ParsedTools("")  # "[name" so far: a call list or text, the next characters say
         if not opens:
-            return _all_content(text, at_start=True)
-        return self._calls(text, p + 1, skip_ws(text, p + 1), final=final)
+            return self._text(text, 0, final=final)
+        return self._calls(text, skip_ws(text, p + 1), final=final, opened_at=0)
 
-    def _calls(self, text: str, list_start: int | None, i: int, *, final: bool) -> ParsedTools:
-        """The calls from ``i``; ``list_start``: where the list opened (None: resumed after a call).
+    def _text(self, text: str, q: int, *, final: bool) -> ParsedTools:
+        """Text from ``q``: content, up to a ``<|python_start|>`` that opens a call list after it
+        (Llama 4 may write the tag after text; a bare list only starts the answer). The tag itself
+        is never content."""
+        content: list[str] = []
+        n = len(text)
+        while True:
+            tag = text.find(PYTHON_START, q)
+            if tag < 0:
+                stop = n if final else partial_marker_start(text, (PYTHON_START,), q)
+                content.append(text[q:stop])
+                done = "".join(content)
+                return ParsedTools(done, checkpoint=Checkpoint(stop, len(done), 0, 0, _CONTENT))
+            content.append(text[q:tag])
+            p = skip_ws(text, tag + len(PYTHON_START))
+            opens = _opens_calls(text, p, final=final)
+            if opens is None:  # what follows the tag decides: wait
+                done = "".join(content)
+                return ParsedTools(done, checkpoint=Checkpoint(tag, len(done), 0, 0, _CONTENT))
+            if opens:
+                return self._calls(text, skip_ws(text, p + 1), final=final, opened_at=tag, head="".join(content))
+            q = tag + len(PYTHON_START)
+
+    def _calls(self, text: str, i: int, *, final: bool, opened_at: int | None, head: str = "") -> ParsedTools:
+        """The calls from ``i``; ``opened_at``: where the list (or its tag) opened, None: resumed
+        after a call; ``head``: the content before it.
 
         A call that breaks is content up to its closing parenthesis and the list goes on after it
         (as vLLM keeps the calls beside an unconvertible one); with no closing parenthesis, the
-        rest of the text is content. While no call has been read, content runs from the start of
-        the answer, so a list without a single call is its whole text."""
+        rest of the text is content. While no call has been read, content runs from where the list
+        opened, so a list without a single call is its whole text."""
         calls: list[ToolCallPart] = []
         errors: list[str] = []
-        content: list[str] = []
+        content: list[str] = [head]
         bad: list[tuple[int, int | None]] = []
         checkpoint: Checkpoint | None = None
-        read = list_start is None  # a call has been read (a resumed parse starts after one)
-        text_from = 0  # while none has: where the content not yet added starts
-        after_call = list_start is None  # at i: a separator or "]" (else a call)
+        read = opened_at is None  # a call has been read (a resumed parse starts after one)
+        text_from = opened_at or 0  # while none has: where the content not yet added starts
+        after_call = opened_at is None  # at i: a separator or "]" (else a call)
         n = len(text)
 
         def result(tail: str = "") -> ParsedTools:
@@ -144,7 +170,7 @@ class PythonicToolParser(SchemaBound):
                 errors.append(f"{self.name}: malformed tool call at offset {start} ({exc}); kept as content")
                 skip = _call_end(text, start) if not after_call else None
                 piece = text[start:skip].lstrip() if read else text[text_from:skip]
-                content.append(_without_tag(piece) if not read and text_from == 0 else piece)
+                content.append(_without_tag(piece) if not read and text_from == opened_at else piece)
                 bad.append((start, skip if skip is not None or not final else n))
                 if skip is None:
                     return result()
@@ -243,11 +269,6 @@ def _opens_calls(text: str, p: int, *, final: bool) -> bool | None:
 def _without_tag(text: str) -> str:
     """Text that is not calls, without the python tags (special tokens, never content)."""
     return text.replace(PYTHON_START, "", 1) if text.lstrip().startswith(PYTHON_START) else text
-
-
-def _all_content(text: str, *, at_start: bool) -> ParsedTools:
-    content = _without_tag(text) if at_start else text
-    return ParsedTools(content, checkpoint=Checkpoint(len(text), len(content), 0, 0, _CONTENT))
 
 
 def _after(text: str, p: int, calls: list[ToolCallPart], errors: list[str], *, final: bool,
