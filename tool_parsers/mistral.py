@@ -134,9 +134,12 @@ class MistralToolParser(BlockToolParser):
         return [call], end
 
 
-V11_FORMAT = CallFormat(  # [TOOL_CALLS]name{arguments}
-    trigger="[TOOL_CALLS]", section_begin="", call_begin="[TOOL_CALLS]", name_end="", call_end="", separator="",
-    section_end="")
+# v11 (Small 3.2, Devstral Small 1.0): history calls carry [CALL_ID]id before [ARGS]; what the model writes is
+# [TOOL_CALLS]name[ARGS]{arguments}, as mistral-common's own grammar makes every v11+ model write it (the
+# form without [ARGS] is vLLM's text after its detokenizer dropped the control token; still read).
+V11_FORMAT = CallFormat(
+    trigger="[TOOL_CALLS]", section_begin="", call_begin="[TOOL_CALLS]", name_end="[ARGS]", call_end="",
+    separator="", section_end="")
 V13_FORMAT = CallFormat(  # [TOOL_CALLS]name[ARGS]{arguments} (Magistral, Devstral)
     trigger="[TOOL_CALLS]", section_begin="", call_begin="[TOOL_CALLS]", name_end="[ARGS]", call_end="",
     separator="", section_end="")

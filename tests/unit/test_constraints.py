@@ -103,9 +103,7 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
         return "; ".join(f'{{"name": "{n}", "parameters": {a}}}' for n, a in calls)
     if fmt == "mistral":
         return "[TOOL_CALLS] [" + ", ".join(f'{{"name": "{n}", "arguments": {a}}}' for n, a in calls) + "]"
-    if fmt == "mistral_v11":
-        return "".join(f"[TOOL_CALLS]{n}{a}" for n, a in calls)
-    if fmt == "mistral_v13":
+    if fmt in ("mistral_v11", "mistral_v13"):  # (v11's history adds [CALL_ID]id; the model writes this)
         return "".join(f"[TOOL_CALLS]{n}[ARGS]{a}" for n, a in calls)
     if fmt in ("qwen3_coder", "qwen3_xml"):  # XML parameters, as Qwen3-Coder's template writes them
         return "\n".join(f"<tool_call>\n<function={n}>\n{_xml_parameters(a)}</function>\n</tool_call>"
