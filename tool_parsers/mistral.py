@@ -172,11 +172,11 @@ def _is_mistral(template: str) -> bool:
 
 # One parser, three formats: the variants are data (what a grammar makes the model write).
 FAMILIES = (
-    ModelFamily(name="mistral_v13", parser=MistralToolParser(name="mistral_v13", format=V13_FORMAT),
+    ModelFamily(name="mistral_v13", reasoning="mistral", parser=MistralToolParser(name="mistral_v13", format=V13_FORMAT),
                 detect=lambda t: _is_mistral(t) and "[ARGS]" in t, detect_order=20, call_id=mistral_tool_call_id),
-    ModelFamily(name="mistral_v11", parser=MistralToolParser(name="mistral_v11", format=V11_FORMAT),
+    ModelFamily(name="mistral_v11", reasoning="mistral", parser=MistralToolParser(name="mistral_v11", format=V11_FORMAT),
                 detect=lambda t: _is_mistral(t) and bool(_V11_TEMPLATE.search(t)), detect_order=21,
                 call_id=mistral_tool_call_id),
-    ModelFamily(name="mistral", parser=MistralToolParser(), template="mistral", detect=_is_mistral,
+    ModelFamily(name="mistral", reasoning="mistral", parser=MistralToolParser(), template="mistral", detect=_is_mistral,
                 detect_order=22, call_id=mistral_tool_call_id),
 )
