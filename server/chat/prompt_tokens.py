@@ -245,12 +245,43 @@ class ControlTokenGuard:
 
     @cached_property
     def encode(self) -> Callable[[str], list[int]]:
-        """The prompt encoder: as ``tokenizer.encode(text, add_special_tokens=False)``, thread-safe."""
+        """The prompt encoder: as ``tokenizer.encode(text, add_special_tokens=False)``, thread-safe;
+        the template's control-token text always becomes its token (see :meth:`_with_control_ids`)."""
         private = _private_backend(self.tokenizer, split_special=False)
         if private is None:
-            return lambda text: list(self.tokenizer.encode(text, add_special_tokens=False))
+            return self._with_control_ids(lambda text: list(self.tokenizer.encode(text, add_special_tokens=False)))
         pieces = SegmentEncoder.build(private)
         return pieces.encode if pieces is not None else lambda text: private.encode(text, add_special_tokens=False).ids
+
+    def _with_control_ids(self, plain: Callable[[str], list[int]]) -> Callable[[str], list[int]]:
+        """``plain`` where it reads control-token text as the token (Hugging Face tokenizers); else
+        (vLLM's MistralTokenizer: mistral-common never reads control text) ``plain`` between the
+        control-token texts and each one's id, so a template's ``[INST]`` is the control token."""
+        if self.special_re is None or not hasattr(self.tokenizer, "convert_tokens_to_ids"):
+            return plain
+        control = dict(zip(self.special_texts, self.tokenizer.convert_tokens_to_ids(list(self.special_texts)),
+                           strict=True))
+        probe = next((t for t in self.special_texts if control[t] in self.special_ids), None)
+        if probe is None or plain(probe) == [control[probe]]:
+            return plain
+        # SentencePiece adds a word-start marker of its own to each piece it encodes: the space a
+        # template writes after a control token ("[INST] Hi") is that marker, not one more.
+        own_space = plain(" x")[1:] == plain("x") != plain(" x")
+
+        def piece(text: str) -> list[int]:
+            return plain(text[1:] if own_space and text.startswith(" ") else text)
+
+        def encode(text: str) -> list[int]:
+            out: list[int] = []
+            pos = 0
+            for match in self.special_re.finditer(text):  # type: ignore[union-attr]
+                if match.start() > pos:
+                    out += piece(text[pos:match.start()])
+                out.append(control[match.group()])
+                pos = match.end()
+            return out + (piece(text[pos:]) if pos < len(text) else [])
+
+        return encode
 
     def _encode_plain_fallback(self, text: str) -> list[int]:
         """No fast backend: encode each special text in two halves, so it cannot match."""
