@@ -31,8 +31,18 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from reasoning_parsers.base import thinking_on
 from server.config import MAX_SCHEMA_DEPTH
-from server.errors import APIError
 from server.lru import BoundedLRU
+from server.structured.errors import ConstraintError
+from server.structured.tool_grammar import (
+    EMPTY_OBJECT,
+    const,
+    framed_answer,
+    json_format,
+    one_of,
+    resolve_format,
+    seq,
+    tool_call_format,
+)
 from server.structured.vllm_limits import vllm_json_refusal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,21 +65,10 @@ ConstraintKind = Literal["json", "json_object", "regex", "choice", "grammar", "s
 MAX_JSON_NESTING = MAX_SCHEMA_DEPTH
 STRUCTURAL_TAG_WRAPPER_NESTING = 16
 
-# JSON inside structural tags: at most this many whitespace characters in a row (no endless
-# whitespace from small models; vLLM's disable_any_whitespace does not reach structural tags).
-JSON_MAX_WHITESPACE = 16
 # Whitespace a model typically writes between ``</think>`` and the constrained answer.
 _AFTER_REASONING_WS = r"[ \t\r\n]{0,8}"
 _VLLM_OPTION_KEYS = frozenset({"disable_any_whitespace", "disable_additional_properties", "whitespace_pattern"})
 _XGR_NOISE = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: (Check failed: \(.*?\) is false: )?")
-
-
-class ConstraintError(APIError, ValueError):
-    """The request asks for a constraint that cannot be enforced; ``param`` names the field.
-    A 400 as it stands (code ``invalid_constraint``, ``invalid_schema`` for a schema)."""
-
-    def __init__(self, message: str, param: str | None = None, *, code: str = "invalid_constraint") -> None:
-        super().__init__(message, code=code, param=param)
 
 
 @dataclass(frozen=True)
@@ -112,128 +111,6 @@ class Constraint:
         return key
 
 
-# ---------------------------------------------------------------------------------------------
-# Tool-call formats are data owned by the parsers (``tool_parsers.base.CallFormat``): the text
-# of N calls is section_begin + call(1) + (separator + call(i))* + section_end with
-# call = call_begin + NAME + name_end + ARGS + call_end; ``trigger`` (a prefix of
-# section_begin + call_begin) starts the calls under tool_choice "auto".
-
-
-def _tool_formats() -> dict[str, CallFormat]:
-    from tool_parsers import TOOL_PARSERS, get_tool_parser
-
-    return {name: get_tool_parser(name).format for name in TOOL_PARSERS}
-
-
-def _resolve_format(tool_format: str | CallFormat | None) -> CallFormat:
-    if tool_format is not None and not isinstance(tool_format, str):
-        return tool_format  # a CallFormat given directly
-    formats = _tool_formats()
-    if tool_format is None:
-        raise ConstraintError(
-            "Tool calls cannot be constrained: no tool-call format is known for this model "
-            f"(the server needs a tool-call parser: one of {', '.join(sorted(formats))}).",
-            "tools",
-        )
-    if tool_format not in formats:
-        raise ConstraintError(
-            f"Tool calls cannot be constrained: the tool-call format {tool_format!r} is not one of "
-            f"{', '.join(sorted(formats))}.",
-            "tools",
-        )
-    return formats[tool_format]
-
-
-def _const(value: str) -> dict[str, Any]:
-    return {"type": "const_string", "value": value}
-
-
-def _seq(*elements: dict[str, Any] | None) -> dict[str, Any]:
-    items = [e for e in elements if e is not None and not (e.get("type") == "const_string" and e["value"] == "")]
-    return items[0] if len(items) == 1 else {"type": "sequence", "elements": items}
-
-
-def _one_of(elements: list[dict[str, Any]]) -> dict[str, Any]:
-    return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
-
-
-def _json_format(schema: Any, style: str = "json") -> dict[str, Any]:
-    """Arguments per ``schema``; ``style`` is how they are written (XGrammar's JSON or an XML style)."""
-    if schema == _EMPTY_OBJECT and style == "json":  # parameterless tool: exactly "{}", no whitespace to pad it with
-        return _const("{}")
-    fmt = {"type": "json_schema", "json_schema": schema, "max_whitespace_cnt": JSON_MAX_WHITESPACE}
-    return fmt if style == "json" else {**fmt, "style": style}
-
-
-def _call_begin(fmt: CallFormat, name: str) -> str:
-    """Everything before the arguments; the name is JSON-escaped when it sits in a JSON string."""
-    in_json_string = fmt.call_begin.endswith('"')
-    shown = json.dumps(name, ensure_ascii=False)[1:-1] if in_json_string else name
-    return fmt.call_begin + shown + fmt.name_end
-
-
-def _calls_only_at_start(fmt: CallFormat) -> bool:
-    """Formats whose parser finds calls only at the start of the output (no marker to find
-    them later): the family's data says so."""
-    return not fmt.calls_follow_text
-
-
-def tool_call_format(
-    fmt: CallFormat, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool
-) -> dict[str, Any]:
-    """The structural-tag ``format`` for calls of ``tools`` ((name, arguments schema) pairs).
-
-    auto: free text, then (once the trigger appears) one or more calls, then nothing; for
-    formats read only at the start: the calls, or free text without the trigger.
-    required: one or more calls and nothing else. ``parallel`` False: exactly one call at most.
-    """
-    try:
-        own = fmt.structural_tag(tools, mode=mode, parallel=parallel,  # a family that owns its grammar
-                                 arguments=lambda schema: _json_format(schema, fmt.arguments_style))
-    except ConstraintError:
-        raise
-    except ValueError as exc:  # tools the family's format cannot express (its message says why)
-        raise ConstraintError(str(exc), "tools") from None
-    if own is not None:
-        return own
-    calls = [(_call_begin(fmt, n), _json_format(s, fmt.arguments_style)) for n, s in tools]
-    any_call = _one_of([_seq(_const(b), j, _const(fmt.call_end)) for b, j in calls])
-    more = {"type": "star", "content": _seq(_const(fmt.separator), any_call)} if parallel else None
-    block = _seq(_const(fmt.section_begin), any_call, more, _const(fmt.section_end))
-    if mode == "required":
-        return block
-    if _calls_only_at_start(fmt):
-        # The parser reads calls only at the very start (llama3_json): either the calls, or
-        # free text that never contains the trigger (which could otherwise look like a call).
-        return {"type": "or", "elements": [block, {"type": "any_text", "excludes": [fmt.trigger]}]}
-    # auto: each triggered tag starts with a full first call; its content carries the
-    # following calls so that the section closes exactly once and nothing may follow.
-    tail = fmt.call_end + fmt.section_end
-    if not parallel:
-        tags = [{"type": "tag", "begin": fmt.section_begin + b, "content": j, "end": tail} for b, j in calls]
-        return {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": True}
-    if tail:
-        next_call = _one_of([_seq(_const(b), j) for b, j in calls])
-        more = {"type": "star", "content": _seq(_const(fmt.call_end + fmt.separator), next_call)}
-        tags = [
-            {"type": "tag", "begin": fmt.section_begin + b, "content": _seq(j, more), "end": tail}
-            for b, j in calls
-        ]
-        return {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": True}
-    # No closing text at all (mistral v11): first call by trigger, further calls follow it.
-    tags = [{"type": "tag", "begin": b, "content": j, "end": ""} for b, j in calls]
-    first = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags, "stop_after_first": True}
-    return _seq(first, {"type": "star", "content": _seq(_const(fmt.separator), any_call)})
-
-
-def _framed_answer(tool_format: str | CallFormat | None, answer: dict[str, Any]) -> dict[str, Any] | None:
-    """``answer`` in the family's frame (``CallFormat.answer``), or None when it has none."""
-    if tool_format is None:
-        return None
-    fmt = _tool_formats().get(tool_format) if isinstance(tool_format, str) else tool_format
-    return None if fmt is None else fmt.answer(answer)
-
-
 def _reasoning_prefix(spec: ReasoningSpec) -> dict[str, Any]:
     """Free text up to ``spec.end`` (optional unless pre-opened or required), then whitespace."""
     block = {
@@ -244,7 +121,7 @@ def _reasoning_prefix(spec: ReasoningSpec) -> dict[str, Any]:
     }
     if not (spec.starts_open or spec.required):
         block = {"type": "optional", "content": block}
-    return _seq(block, {"type": "regex", "pattern": _AFTER_REASONING_WS})
+    return seq(block, {"type": "regex", "pattern": _AFTER_REASONING_WS})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,7 +279,7 @@ def _from_response_format(rf: dict[str, Any]) -> _Response | None:
     if kind in (None, "text"):
         return None
     if kind == "json_object":
-        return _Response(_json_format({"type": "object"}), Constraint("json_object", True))
+        return _Response(json_format({"type": "object"}), Constraint("json_object", True))
     if kind != "json_schema":
         raise ConstraintError(
             f"response_format.type {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'.",
@@ -420,7 +297,7 @@ def _json_response(schema: Any) -> _Response:
     if schema is True:  # "any JSON value", in the dict form every consumer understands
         schema = {}
     plain = None if vllm_json_refusal(schema) else Constraint("json", schema)
-    return _Response(_json_format(schema), plain)
+    return _Response(json_format(schema), plain)
 
 
 def _from_structured_outputs(so: dict[str, Any]) -> _Response:
@@ -451,18 +328,17 @@ def _from_structured_outputs(so: dict[str, Any]) -> _Response:
     if key == "json_object":
         if value is not True:
             raise ConstraintError(f"{param} must be true when set.", param)
-        return _Response(_json_format({"type": "object"}), Constraint("json_object", True))
+        return _Response(json_format({"type": "object"}), Constraint("json_object", True))
     if key == "regex":
         _check_regex(value, param)
         return _Response({"type": "regex", "pattern": value}, Constraint("regex", value))
     if key == "choice":
         choices = _check_choice(value, param)
-        return _Response(_one_of([_const(c) for c in choices]), Constraint("choice", choices))
+        return _Response(one_of([const(c) for c in choices]), Constraint("choice", choices))
     ebnf = _check_grammar(value, param)
     return _Response({"type": "grammar", "grammar": ebnf}, Constraint("grammar", value))
 
 
-_EMPTY_OBJECT = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 def _tool_arguments_schema(function: dict[str, Any], param: str) -> Any:
@@ -476,7 +352,7 @@ def _tool_arguments_schema(function: dict[str, Any], param: str) -> Any:
         and not params.get("required")
         and params.get("additionalProperties", False) is False
     ):
-        return _EMPTY_OBJECT
+        return EMPTY_OBJECT
     check_schema(params, param)
     if isinstance(params, dict):
         t = params.get("type")
@@ -558,7 +434,7 @@ def _finish(fmt: dict[str, Any], reasoning: ReasoningSpec | None, plain: Constra
     if reasoning is None and plain is not None:
         return plain
     if reasoning is not None:
-        fmt = _seq(_reasoning_prefix(reasoning), fmt)
+        fmt = seq(_reasoning_prefix(reasoning), fmt)
     tag = {"type": "structural_tag", "format": fmt}
     _check_structural_tag(tag, None)
     return Constraint("structural_tag", tag)
@@ -599,11 +475,11 @@ def constraint_from_request(
     if mode == "none":
         if response is None:
             return None
-        framed = _framed_answer(tool_format, response.fmt)  # Harmony: the answer is the final message's body
+        framed = framed_answer(tool_format, response.fmt)  # Harmony: the answer is the final message's body
         return _finish(framed or response.fmt, reasoning, None if framed else response.plain)
     if mode == "auto" and not tool_constraints:
         return None
-    fmt_spec = _resolve_format(tool_format)
+    fmt_spec = resolve_format(tool_format)
     if mode == "named":
         calls = tool_call_format(fmt_spec, [e for e in entries if e[0] == named], mode="required", parallel=False)
         return _finish(calls, reasoning, None)

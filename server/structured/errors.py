@@ -1,0 +1,15 @@
+"""The structured-output domain error (its own module, so the grammar builders and the request
+checks both raise it without importing each other)."""
+from __future__ import annotations
+
+from server.errors import APIError
+
+__all__ = ["ConstraintError"]
+
+
+class ConstraintError(APIError, ValueError):
+    """The request asks for a constraint that cannot be enforced; ``param`` names the field.
+    A 400 as it stands (code ``invalid_constraint``, ``invalid_schema`` for a schema)."""
+
+    def __init__(self, message: str, param: str | None = None, *, code: str = "invalid_constraint") -> None:
+        super().__init__(message, code=code, param=param)
