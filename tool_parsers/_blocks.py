@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ._content import ContentBuilder, malformed_block, next_marker
 from ._calls import named_arguments
+from ._content import ContentBuilder, malformed_block, next_marker
 from ._scan import JsonError, skip_ws
 from .base import Checkpoint, ParsedTools, ToolCallPart, ToolParser
 

@@ -15,8 +15,8 @@ them. Parsers never build constraints themselves.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from ._scan import JsonError, ScanCache, scan_value

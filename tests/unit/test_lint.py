@@ -1,6 +1,5 @@
-"""ruff and mypy over server/ and reasoning_parsers/ (rules in pyproject.toml): part of the unit run,
-so a lint or type error fails the tests like any other regression. tool_parsers/ is gated by its
-owner (issue #28) and followed here only for its types."""
+"""ruff and mypy over server/, tool_parsers/ and reasoning_parsers/ (rules in pyproject.toml): part of
+the unit run, so a lint or type error fails the tests like any other regression."""
 from __future__ import annotations
 
 import shutil
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TARGETS = ["server", "reasoning_parsers"]
+TARGETS = ["server", "tool_parsers", "reasoning_parsers"]
 
 
 def _tool(name: str) -> str:
