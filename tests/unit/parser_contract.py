@@ -26,6 +26,7 @@ __all__ = [
     "run_stream",
     "same_text",
     "check_agree",
+    "checkpoint_checks",
 ]
 
 TESTDATA = testdata_root()
@@ -180,3 +181,27 @@ def check_agree(a: FinalMessage, b: FinalMessage) -> None:
         (c.name, c.arguments) for c in b.tool_calls
     ]
     assert a.dropped == b.dropped
+
+
+def checkpoint_checks(parser: Any, texts: Iterable[str]) -> int:
+    """The checkpoint contract over every prefix pair of ``texts``: what a parse says is settled
+    (content, reasoning, calls, errors) is what every longer text's parse starts with, and
+    parsing on from the checkpoint gives the rest (streams rely on it to parse only new text).
+    Returns how many continuations were checked, so a caller can require that checkpoints came."""
+    checked = 0
+    for text in texts:
+        for k in range(1, len(text) + 1):
+            settled = parser.parse(text[:k], final=False)
+            cp = settled.checkpoint
+            if cp is None:
+                continue
+            for m in range(k, len(text) + 1):
+                for final in (False, True) if m == len(text) else (False,):
+                    whole = parser.parse(text[:m], final=final)
+                    rest = parser.parse(text[cp.pos : m], final=final, resume=cp.resume)
+                    assert whole.content == settled.content[: cp.content] + rest.content, (text[:m], cp)
+                    assert whole.reasoning == settled.reasoning[: cp.reasoning] + rest.reasoning, (text[:m], cp)
+                    assert whole.tool_calls == settled.tool_calls[: cp.calls] + rest.tool_calls, (text[:m], cp)
+                    assert len(whole.errors) == cp.errors + len(rest.errors), (text[:m], cp)
+                    checked += 1
+    return checked

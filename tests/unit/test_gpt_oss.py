@@ -14,6 +14,7 @@ import pytest
 
 from tests.unit._front import CHAT
 from tests.unit.family_cases import TEMPLATES, check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
+from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family, get_tool_parser
 from tool_parsers.gpt_oss import MARKERS
 
@@ -63,25 +64,9 @@ _PIECES = ["<|channel|>", "analysis", "final", "commentary", "<|message|>", "<|e
 def test_checkpoints_hold_for_every_continuation_reasoning_included() -> None:
     """What a parse settles (content, calls, errors and reasoning) is what every longer text's parse
     starts with, and parsing on from the checkpoint gives the rest."""
-    parser = get_tool_parser("gpt_oss")
     rng = random.Random("gpt_oss-checkpoints")
-    checked = 0
-    for _ in range(60):
-        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 10)))
-        for k in range(1, len(text) + 1):
-            settled = parser.parse(text[:k], final=False)
-            cp = settled.checkpoint
-            if cp is None:
-                continue
-            for m in range(k, len(text) + 1):
-                for final in (False, True) if m == len(text) else (False,):
-                    whole = parser.parse(text[:m], final=final)
-                    rest = parser.parse(text[cp.pos : m], final=final, resume=cp.resume)
-                    assert whole.content == settled.content[: cp.content] + rest.content, (text[:m], cp)
-                    assert whole.reasoning == settled.reasoning[: cp.reasoning] + rest.reasoning, (text[:m], cp)
-                    assert whole.tool_calls == settled.tool_calls[: cp.calls] + rest.tool_calls, (text[:m], cp)
-                    assert len(whole.errors) == cp.errors + len(rest.errors), (text[:m], cp)
-                    checked += 1
+    texts = ["".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 10))) for _ in range(60)]
+    checked = checkpoint_checks(get_tool_parser("gpt_oss"), texts)
     assert checked > 1000
 
 

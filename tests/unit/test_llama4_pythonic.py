@@ -12,6 +12,7 @@ import pytest
 from server.structured.constraints import ConstraintError
 from tests.unit._front import CHAT
 from tests.unit.family_cases import TEMPLATES, check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
+from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family
 from tool_parsers.replay import tool_schemas
 
@@ -263,19 +264,5 @@ def test_random_outputs_stream_as_they_parse_whole(monkeypatch: pytest.MonkeyPat
 
 def test_checkpoints_hold_for_every_continuation() -> None:
     parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(TOOLS) or {})
-    checked = 0
-    for text in _random_texts("pythonic-checkpoints", 60):
-        for k in range(1, len(text) + 1):
-            settled = parser.parse(text[:k], final=False)
-            cp = settled.checkpoint
-            if cp is None:
-                continue
-            for m in range(k, len(text) + 1):
-                for final in (False, True) if m == len(text) else (False,):
-                    whole = parser.parse(text[:m], final=final)
-                    rest = parser.parse(text[cp.pos : m], final=final, resume=cp.resume)
-                    assert whole.content == settled.content[: cp.content] + rest.content, (text[:m], cp)
-                    assert whole.tool_calls == settled.tool_calls[: cp.calls] + rest.tool_calls, (text[:m], cp)
-                    assert len(whole.errors) == cp.errors + len(rest.errors), (text[:m], cp)
-                    checked += 1
+    checked = checkpoint_checks(parser, _random_texts("pythonic-checkpoints", 60))
     assert checked > 1000

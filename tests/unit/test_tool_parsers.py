@@ -9,17 +9,10 @@ from typing import Any
 
 import pytest
 
-from tool_parsers.message_stream import FinalMessage, MessageStream
-from tests.unit.parser_contract import (
-    check_agree,
-    chunkings,
-    load_cases,
-    run_nonstream,
-    run_stream,
-    same_text,
-)
+from tests.unit.parser_contract import check_agree, checkpoint_checks, chunkings, load_cases, run_nonstream, run_stream, same_text
 from tool_parsers import TOOL_PARSERS, detect_tool_parser, get_tool_parser
 from tool_parsers.base import CallFormat
+from tool_parsers.message_stream import FinalMessage, MessageStream
 
 # cases.json parser family -> our parser
 FAMILY = {
@@ -368,24 +361,9 @@ def test_checkpoints_hold_for_every_continuation(parser: str) -> None:
 
     from tests.unit.test_stream import _PIECES
 
-    tool_parser = get_tool_parser(parser)
     rng = random.Random(f"checkpoints-{parser}")
-    checked = 0
-    for _ in range(40):
-        text = "".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 8)))
-        for k in range(1, len(text) + 1):
-            cp = tool_parser.parse(text[:k], final=False).checkpoint
-            if cp is None:
-                continue
-            settled = tool_parser.parse(text[:k], final=False)
-            for m in range(k, len(text) + 1):
-                for final in (False, True) if m == len(text) else (False,):
-                    whole = tool_parser.parse(text[:m], final=final)
-                    rest = tool_parser.parse(text[cp.pos : m], final=final, resume=cp.resume)
-                    assert whole.content == settled.content[: cp.content] + rest.content, (text[:m], cp)
-                    assert whole.tool_calls == settled.tool_calls[: cp.calls] + rest.tool_calls, (text[:m], cp)
-                    assert len(whole.errors) == cp.errors + len(rest.errors), (text[:m], cp)
-                    checked += 1
+    texts = ["".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 8))) for _ in range(40)]
+    checked = checkpoint_checks(get_tool_parser(parser), texts)
     assert checked > 1000  # the texts did produce checkpoints
 
 
