@@ -11,7 +11,16 @@ import pytest
 
 from server.structured.constraints import ConstraintError
 from tests.unit._front import CHAT
-from tests.unit.family_cases import TEMPLATES, check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
+from tests.unit.family_cases import (
+    TEMPLATES,
+    answer_and_prompt,
+    check_case,
+    family_app,
+    grammar_accepts,
+    load_family,
+    pieces,
+    reply_calls,
+)
 from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family
 from tool_parsers.replay import tool_schemas
@@ -209,10 +218,8 @@ def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         {"role": "tool", "tool_call_id": "call_2", "content": "noon"},
     ]
-    r = built.client().post(CHAT, json={"messages": messages, "tools": TOOLS})
-    assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["message"]["content"] == "It is sunny in Paris."
-    prompt = built.engine.tokenizer.decode(built.engine.requests[-1].prompt_token_ids)
+    content, prompt = answer_and_prompt(built, messages, TOOLS)
+    assert content == "It is sunny in Paris."
     start = prompt.index("<|header_start|>assistant<|header_end|>\n\n[") + len("<|header_start|>assistant<|header_end|>\n\n")
     history = prompt[start : prompt.index("<|eot|>", start)]
     assert history == '[get_weather(city="Paris", days="3"), get_time()]'  # the template's own way, which parses back:
@@ -266,3 +273,51 @@ def test_checkpoints_hold_for_every_continuation() -> None:
     parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(TOOLS) or {})
     checked = checkpoint_checks(parser, _random_texts("pythonic-checkpoints", 60))
     assert checked > 1000
+
+
+@pytest.mark.parametrize("mode", ["required", "auto"])
+def test_random_token_walks_under_the_grammar_parse_to_schema_valid_calls(hf_model_dir: Any, mode: str) -> None:
+    """Token by token with SmolLM2's tokenizer: any token the grammar allows, chosen at random, until the
+    end of turn. Every walk that ends parses without error into calls that fit their schemas."""
+    import random
+
+    import jsonschema
+    import torch
+    import transformers
+    import xgrammar as xgr
+
+    from server.structured.constraints import constraint_from_request
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(hf_model_dir))
+    info = xgr.TokenizerInfo.from_huggingface(tok)
+    c = constraint_from_request(response_format=None, structured_outputs=None, tools=GRAMMAR_TOOLS, tool_choice=mode,
+                                parallel_tool_calls=True, tool_format="llama4_pythonic")
+    assert c is not None
+    compiled = xgr.GrammarCompiler(info).compile_structural_tag(json.dumps(c.value))
+    schemas = tool_schemas(GRAMMAR_TOOLS) or {}
+    parser = get_family("llama4_pythonic").parser.with_tools(schemas)
+    bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
+    bits = torch.arange(32, dtype=torch.int32)
+    rng = random.Random(f"walk-{mode}")
+    ended = calls = 0
+    for _ in range(8):
+        matcher, ids = xgr.GrammarMatcher(compiled), []
+        for _step in range(80):
+            matcher.fill_next_token_bitmask(bitmask)
+            allowed = torch.nonzero(((bitmask[0].unsqueeze(1) >> bits) & 1).flatten()[: info.vocab_size]).flatten().tolist()
+            token = tok.eos_token_id if tok.eos_token_id in allowed and rng.random() < 0.3 else rng.choice(allowed)
+            assert matcher.accept_token(token)
+            if matcher.is_terminated():
+                break
+            ids.append(token)
+        if not matcher.is_terminated():
+            continue  # a long string value: cut, as max_tokens would
+        ended += 1
+        text = tok.decode(ids)
+        parsed = parser.parse(text, final=True)
+        assert parsed.errors == (), (text, parsed.errors)
+        assert (parsed.content == "") if mode == "required" else True, text
+        for call in parsed.tool_calls:
+            calls += 1
+            jsonschema.validate(json.loads(call.arguments), schemas[call.name] or {"additionalProperties": False})
+    assert ended >= 3 and (calls >= 3 if mode == "required" else True), (ended, calls)
