@@ -225,8 +225,6 @@ class PythonicToolParser(SchemaBound):
                 return cut()
             if text[j] != "=":
                 raise JsonError("expected '=' (pythonic calls take keyword arguments)", j)
-            if any(k == key for k, _ in done):
-                raise JsonError(f"keyword argument {key!r} repeated", i)
             v = skip_ws(text, j + 1)
             prop = property_schema(schema, key)
             got = scan_literal(text, v, final=final) if v < n else None

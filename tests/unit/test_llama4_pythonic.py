@@ -161,6 +161,10 @@ def test_free_form_arguments() -> None:
     assert grammar_accepts("llama4_pythonic", tools, '[f(a=1, b={"c": [True, None]})]', tool_choice="required")
     assert grammar_accepts("llama4_pythonic", tools, "[f()]", tool_choice="required")
     assert not grammar_accepts("llama4_pythonic", tools, "[f(a=true)]", tool_choice="required")
+    # free-form keywords may repeat (the grammar cannot count them): the parser reads them, JSON's last one wins
+    assert grammar_accepts("llama4_pythonic", tools, "[f(a=1, a=2)]", tool_choice="required")
+    (call,) = get_family("llama4_pythonic").parser.parse("[f(a=1, a=2)]", final=True).tool_calls
+    assert call.complete and json.loads(call.arguments) == {"a": 2}
 
 
 # --- end to end: vLLM's Llama 4 pythonic template, the scripted engine, the server's grammar and parser --
