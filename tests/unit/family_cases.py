@@ -15,7 +15,7 @@ from tool_parsers.message_stream import FinalMessage, MessageStream
 from tool_parsers.replay import tool_schemas
 
 __all__ = ["load_family", "check_case", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
-           "TEMPLATES"]
+           "answer_and_prompt", "TEMPLATES"]
 
 
 def load_family(name: str) -> dict[str, Any]:
@@ -87,7 +87,6 @@ def family_app(make_app: Any, model_dir: Any, *, template: str, parser: str, rea
     """``build(pieces)``: an app serving ``parser`` with chat template ``template`` (a built-in name or
     a file) over the scripted engine, SmolLM2's tokenizer standing in for the family's own."""
     from server.chat.render import ChatRenderer
-
     from tool_parsers import get_family
 
     renderer = ChatRenderer.from_model(model_dir_or_tokenizer=str(model_dir),
@@ -130,3 +129,12 @@ def reply_calls(client: Any, body: dict[str, Any], *, stream: bool) -> tuple[str
     msg = r.json()["choices"][0]["message"]
     calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"] or ()]
     return msg["content"] or "", calls
+
+
+def answer_and_prompt(built: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[str, str]:
+    """A multi-turn chat's answer content and the prompt the engine got for it (the history as the
+    family's template rendered it)."""
+    r = built.client().post(CHAT, json={"messages": messages, "tools": tools})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]["content"], built.engine.tokenizer.decode(
+        built.engine.requests[-1].prompt_token_ids)

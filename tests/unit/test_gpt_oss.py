@@ -13,7 +13,16 @@ from typing import Any
 import pytest
 
 from tests.unit._front import CHAT
-from tests.unit.family_cases import TEMPLATES, check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
+from tests.unit.family_cases import (
+    TEMPLATES,
+    answer_and_prompt,
+    check_case,
+    family_app,
+    grammar_accepts,
+    load_family,
+    pieces,
+    reply_calls,
+)
 from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family, get_tool_parser
 from tool_parsers.gpt_oss import MARKERS
@@ -302,10 +311,8 @@ def test_an_answer_without_tools_is_parsed_from_its_channels(app: Any) -> None:
 
 def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
     built = app(["<|channel|>final<|message|>It is sunny in Paris."])
-    r = built.client().post(CHAT, json={"messages": HISTORY, "tools": [WEATHER]})
-    assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["message"]["content"] == "It is sunny in Paris."
-    prompt = built.engine.tokenizer.decode(built.engine.requests[-1].prompt_token_ids)
+    content, prompt = answer_and_prompt(built, HISTORY, [WEATHER])
+    assert content == "It is sunny in Paris."
     assert ('<|start|>assistant to=functions.get_current_weather<|channel|>commentary json<|message|>'
             '{"city": "Paris"}<|call|>') in prompt
     assert '<|start|>functions.get_current_weather to=assistant<|channel|>commentary<|message|>"sunny"<|end|>' in prompt

@@ -7,8 +7,16 @@ from typing import Any
 
 import pytest
 
-from tests.unit._front import CHAT
-from tests.unit.family_cases import TEMPLATES, check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
+from tests.unit.family_cases import (
+    TEMPLATES,
+    answer_and_prompt,
+    check_case,
+    family_app,
+    grammar_accepts,
+    load_family,
+    pieces,
+    reply_calls,
+)
 from tool_parsers import detect_tool_parser
 
 DATA = load_family("kimi_k2")
@@ -95,10 +103,8 @@ def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
             "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
     ]
-    r = built.client().post(CHAT, json={"messages": messages, "tools": DATA["tools"]})
-    assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["message"]["content"] == "It is sunny in Paris."
-    prompt = built.engine.tokenizer.decode(built.engine.requests[-1].prompt_token_ids)
+    content, prompt = answer_and_prompt(built, messages, DATA["tools"])
+    assert content == "It is sunny in Paris."
     assert ("<|tool_calls_section_begin|><|tool_call_begin|>call_1<|tool_call_argument_begin|>{\"city\": \"Paris\"}"
             "<|tool_call_end|><|tool_calls_section_end|>") in prompt
     assert "## Return of call_1\nsunny<|im_end|>" in prompt

@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit._front import CHAT
-from tests.unit.family_cases import check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
+from tests.unit.family_cases import answer_and_prompt, check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
 from tool_parsers import detect_tool_parser, get_family, get_tool_parser
 from tool_parsers.mistral import mistral_tool_call_id
 
@@ -355,10 +354,8 @@ def test_multi_turn_history_with_results_and_nine_character_ids(make_app: Any, h
         {"role": "tool", "tool_call_id": "call_0f3a9b", "content": "sunny"},
         {"role": "tool", "tool_call_id": "a1B2c3D4e", "content": "noon"},
     ]
-    r = built.client().post(CHAT, json={"messages": messages, "tools": TOOLS})
-    assert r.status_code == 200, r.text
-    assert r.json()["choices"][0]["message"]["content"] == "It is sunny in Paris and noon."
-    prompt = built.engine.tokenizer.decode(built.engine.requests[-1].prompt_token_ids)
+    content, prompt = answer_and_prompt(built, messages, TOOLS)
+    assert content == "It is sunny in Paris and noon."
     short = mistral_tool_call_id("call_0f3a9b")
     assert re.fullmatch(r"[A-Za-z0-9]{9}", short) and short != "a1B2c3D4e"
     eos = built.state.renderer.special_tokens.get("eos_token", "</s>")  # the stand-in's, for the built-in template
