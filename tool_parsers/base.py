@@ -113,7 +113,8 @@ class CallFormat:
         schema) pairs), for formats the pieces above cannot describe (channels, pythonic calls,
         call indexes). ``arguments(schema)`` is the builder's format for one call's arguments in
         ``arguments_style`` (so every family bounds whitespace alike). None (the default): the
-        constraint builder assembles the pieces."""
+        constraint builder assembles the pieces. May raise ValueError (its message says why) for tools
+        the format cannot express; the constraint builder makes that a 400 naming ``tools``."""
         return None
 
     def answer(self, content: dict[str, Any]) -> dict[str, Any] | None:
