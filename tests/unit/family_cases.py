@@ -14,13 +14,19 @@ from tool_parsers import get_tool_parser
 from tool_parsers.message_stream import FinalMessage, MessageStream
 from tool_parsers.replay import tool_schemas
 
-__all__ = ["load_family", "check_case", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
+__all__ = ["load_family", "family_data", "check_case", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
            "answer_and_prompt", "TEMPLATES"]
 
 
 def load_family(name: str) -> dict[str, Any]:
     """The case file of family ``name``."""
     return json.loads((TESTDATA / "parsers" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def family_data(name: str) -> tuple[dict[str, Any], dict[str, str], dict[str, Any]]:
+    """Family ``name``'s case file, its model outputs by case id and its expectations by case id."""
+    data = load_family(name)
+    return (data, {c["id"]: c["model_output"] for c in data["cases"]}, {c["id"]: c["expect"] for c in data["cases"]})
 
 
 def _expect(final: FinalMessage, expect: dict[str, Any], where: str) -> None:

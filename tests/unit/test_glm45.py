@@ -10,12 +10,10 @@ from typing import Any
 import pytest
 
 from tests.unit._front import CHAT
-from tests.unit.family_cases import TEMPLATES, check_case, family_app, grammar_accepts, load_family, pieces, reply_calls
+from tests.unit.family_cases import TEMPLATES, check_case, family_app, family_data, grammar_accepts, pieces, reply_calls
 from tool_parsers import detect_tool_parser, get_family
 
-DATA = load_family("glm45")
-CALLS = {c["id"]: c["model_output"] for c in DATA["cases"]}
-EXPECT = {c["id"]: c["expect"] for c in DATA["cases"]}
+DATA, CALLS, EXPECT = family_data("glm45")
 TEMPLATE = TEMPLATES / "glm45.jinja"
 
 

@@ -18,8 +18,8 @@ from tests.unit.family_cases import (
     answer_and_prompt,
     check_case,
     family_app,
+    family_data,
     grammar_accepts,
-    load_family,
     pieces,
     reply_calls,
 )
@@ -27,9 +27,7 @@ from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family, get_tool_parser
 from tool_parsers.gpt_oss import MARKERS
 
-DATA = load_family("gpt_oss")
-CALLS = {c["id"]: c["model_output"] for c in DATA["cases"]}
-EXPECT = {c["id"]: c["expect"] for c in DATA["cases"]}
+DATA, CALLS, EXPECT = family_data("gpt_oss")
 TOOLS = DATA["tools"]
 NEVER_SHOWN = ("<|channel|>", "<|message|>", "<|start|>", "<|call|>", "<|constrain|>")  # never content nor reasoning
 

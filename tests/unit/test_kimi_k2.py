@@ -12,16 +12,14 @@ from tests.unit.family_cases import (
     answer_and_prompt,
     check_case,
     family_app,
+    family_data,
     grammar_accepts,
-    load_family,
     pieces,
     reply_calls,
 )
 from tool_parsers import detect_tool_parser
 
-DATA = load_family("kimi_k2")
-CALLS = {c["id"]: c["model_output"] for c in DATA["cases"]}
-EXPECT = {c["id"]: c["expect"] for c in DATA["cases"]}
+DATA, CALLS, EXPECT = family_data("kimi_k2")
 MARKERS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")  # never content, even of a broken call
 
 

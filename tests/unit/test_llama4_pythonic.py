@@ -16,8 +16,8 @@ from tests.unit.family_cases import (
     answer_and_prompt,
     check_case,
     family_app,
+    family_data,
     grammar_accepts,
-    load_family,
     pieces,
     reply_calls,
 )
@@ -25,9 +25,7 @@ from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family
 from tool_parsers.replay import tool_schemas
 
-DATA = load_family("llama4_pythonic")
-CALLS = {c["id"]: c["model_output"] for c in DATA["cases"]}
-EXPECT = {c["id"]: c["expect"] for c in DATA["cases"]}
+DATA, CALLS, EXPECT = family_data("llama4_pythonic")
 TEMPLATE = TEMPLATES / "llama4_pythonic.jinja"
 TOOLS = DATA["tools"]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
