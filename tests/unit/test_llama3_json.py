@@ -42,7 +42,7 @@ def test_meta_template_resolves_to_llama3_json() -> None:
     ("auto", "<|python_tag|>" + WEATHER, "weather"),
     ("required", WEATHER + "; " + TIME, "both"),
     ("named", WEATHER, "weather"),
-])
+], ids=["auto", "auto_python_tag", "required_parallel", "named"])
 def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache: Any, choice: str, text: str,
                                                          want: str, stream: bool) -> None:
     tool_choice = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else choice
