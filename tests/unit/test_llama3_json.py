@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from tests.unit._front import WEATHER_TOOL
-from tests.unit.family_cases import TEMPLATES, answer_and_prompt, family_app, pieces, reply_message, structural_tag_accepts
+from tests.unit.family_cases import (
+    TEMPLATES,
+    answer_and_prompt,
+    family_app,
+    pieces,
+    reply_message,
+    structural_tag_accepts,
+    weather_history,
+)
 from tool_parsers import get_tool_parser, resolve_parsers
 
 TIME_TOOL = {"type": "function", "function": {
@@ -69,12 +77,7 @@ def test_auto_may_answer_in_text(app: Any) -> None:
 
 def test_multi_turn_history_renders_metas_way_and_parses_back(app: Any) -> None:
     built = app(["It is sunny in Paris."])
-    messages = [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
-            "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-    ]
+    messages = weather_history()
     content, prompt = answer_and_prompt(built, messages, TOOLS)
     assert content == "It is sunny in Paris."
     turn = prompt.split("<|start_header_id|>assistant<|end_header_id|>\n\n")[1].split("<|eot_id|>")[0]

