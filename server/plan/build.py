@@ -159,7 +159,7 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
     spec = constraint_spec(req, capabilities(state), think=reasoning_budget is None)
     built = request_constraint(state, spec)
     sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
-                         skip_special_tokens=not ((tools or getattr(state.tool_parser, "channels", False))
+                         skip_special_tokens=not ((tools or (state.tool_parser is not None and state.tool_parser.channels))
                                                   and _markers_special(state)))
     rid = "chatcmpl-" + uuid.uuid4().hex
     # allowed_tools: calls to the others are not returned

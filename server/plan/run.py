@@ -54,7 +54,7 @@ def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionReques
     reasoning = state.reasoning_parser
     if reasoning is not None:
         reasoning = reasoning.for_request(thinking=reasoning.thinks(req.chat_template_kwargs, req.reasoning_effort))
-    channels = getattr(state.tool_parser, "channels", False)  # Harmony: the parser reads every answer
+    channels = state.tool_parser is not None and state.tool_parser.channels  # Harmony: the parser reads every answer
     return MessageStream(
         tool_parser=state.tool_parser if plan.tool_names or channels else None,
         reasoning_parser=reasoning,
