@@ -40,6 +40,7 @@ from typing import Any, Sequence
 
 import httpx
 
+from bench._proc import CpuSplit, cpu_split, pin_tree
 from bench.serve import Cell, capacity_table, default_requests, markdown_table, run_cell
 
 __all__ = ["EngineFlags", "MODELS", "model_dir", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios",
@@ -47,7 +48,7 @@ __all__ = ["EngineFlags", "MODELS", "model_dir", "gramserve_cmd", "vllm_cmd", "i
 
 REPO = Path(__file__).resolve().parents[1]
 PY = REPO / ".venv" / "bin" / "python"
-TARGETS = ("gramserve", "vllm", "engine")
+TARGETS = ("gramserve", "vllm", "engine")  # the default; also "transport" (bench/transport_floor.py) and gramserve@REF
 MODEL_NAME = "SmolLM2-135M-Instruct"
 # Throughput twice: tokens/s is like for like where every target writes the same tokens (plain runs
 # to max_tokens); json_schema and tools answers differ by target (vLLM's server writes `required`
@@ -62,8 +63,10 @@ class EngineFlags:
     """The engine settings every target gets (gramserve's CPU defaults, spelled out)."""
 
     def __init__(self, *, max_model_len: int, kv_cache_gib: float, max_num_seqs: int | None,
-                 stream_interval: int = 1, model: Path | None = None, api_server_count: int = 1) -> None:
-        self.model = model  # None: gramserve's embedded default
+                 stream_interval: int = 1, model: Path | None = None, api_server_count: int = 1,
+                 split: CpuSplit | None = None) -> None:
+        self.model = model
+        self.split = split  # None: every process may run on every CPU  # None: gramserve's embedded default
         self.api_server_count = api_server_count
         self.max_model_len = max_model_len
         self.kv_cache_gib = kv_cache_gib
@@ -92,7 +95,10 @@ class EngineFlags:
         return args + self._common()
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}"}
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{self.kv_cache_gib:g}"}
+        if self.split is not None:  # the CPU worker's OpenMP threads bind to the engine's CPUs
+            env["VLLM_CPU_OMP_THREADS_BIND"] = self.split.omp_bind()
+        return env
 
 
 MODELS = ("smollm2", "standin")
@@ -135,7 +141,7 @@ def vllm_cmd(port: int, flags: EngineFlags, model: Path) -> list[str]:
 
 
 def _start(cmd: list[str], env: dict[str, str], port: int, log: Path, timeout: float = 900,
-           cwd: Path = REPO) -> subprocess.Popen:
+           cwd: Path = REPO, split: CpuSplit | None = None) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=cwd,
                             start_new_session=True)
     deadline = time.monotonic() + timeout
@@ -144,6 +150,10 @@ def _start(cmd: list[str], env: dict[str, str], port: int, log: Path, timeout: f
             raise SystemExit(f"{cmd[0]} exited with {proc.returncode} while starting; see {log}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                if split is not None:
+                    front, engine = pin_tree(proc.pid, split)
+                    print(f"# {cmd[0]}: {front} API threads on CPUs {sorted(split.front)}, {engine} engine threads "
+                          f"on CPUs {sorted(split.engine)}", flush=True)
                 return proc
         except httpx.HTTPError:
             pass
@@ -218,15 +228,16 @@ async def _interleaved_cells(servers: dict[str, "_Server"], a: argparse.Namespac
 class _Server:
     """One server process at a time, restartable."""
 
-    def __init__(self, cmd: list[str], env: dict[str, str], port: int, log: Path, cwd: Path = REPO) -> None:
-        self.cmd, self.env, self.port, self.log, self.cwd = cmd, env, port, log, cwd
+    def __init__(self, cmd: list[str], env: dict[str, str], port: int, log: Path, cwd: Path = REPO,
+                 split: CpuSplit | None = None) -> None:
+        self.cmd, self.env, self.port, self.log, self.cwd, self.split = cmd, env, port, log, cwd, split
         self.starts = 0
         self.proc = self._start()
 
     def _start(self) -> subprocess.Popen:
         self.starts += 1
         log = self.log if self.starts == 1 else self.log.with_suffix(f".{self.starts}.log")
-        return _start(self.cmd, self.env, self.port, log, cwd=self.cwd)
+        return _start(self.cmd, self.env, self.port, log, cwd=self.cwd, split=self.split)
 
     def restart(self) -> None:
         _stop(self.proc)
@@ -241,7 +252,8 @@ def _engine_cells(a: argparse.Namespace, flags: EngineFlags, log: Path) -> list[
         out = Path(f.name)
     cmd = [str(PY), "-m", "bench.engine_direct", "--workloads", ",".join(a.workloads),
            "--concurrency", ",".join(map(str, a.concurrency)), "--max-tokens", ",".join(map(str, a.lengths)),
-           "--json", str(out)] + (["--requests", str(a.requests)] if a.requests else []) + ["--",
+           "--json", str(out)] + (["--requests", str(a.requests)] if a.requests else []) + (
+               ["--pin-cpus", flags.split.spec()] if flags.split else []) + ["--",
                                                                                             *flags.gramserve_args()]
     with log.open("w") as lf:
         rc = subprocess.run(cmd, env=flags.env(), stdout=lf, stderr=subprocess.STDOUT, cwd=REPO).returncode
@@ -357,8 +369,9 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="concurrency 1,8 and 64 tokens (a few minutes)")
     ap.add_argument("--targets", default=",".join(TARGETS),
-                    help="comma-separated, from gramserve,vllm,engine and gramserve@REF (gramserve at an earlier "
-                         "commit, from a worktree under /tmp: before/after a change, e.g. gramserve,gramserve@HEAD~3)")
+                    help="comma-separated, from gramserve,vllm,engine, transport (bench/transport_floor.py: the least "
+                         "an HTTP front end pays) and gramserve@REF (gramserve at an earlier commit, from a worktree "
+                         "under /tmp: before/after a change, e.g. gramserve,gramserve@HEAD~3)")
     ap.add_argument("--workloads", default="plain,json_schema,tools,agent")
     ap.add_argument("--concurrency", default="1,8,32,64")
     ap.add_argument("--max-tokens", "--lengths", dest="lengths", default="128",
@@ -373,6 +386,10 @@ def _parser() -> argparse.ArgumentParser:
                          "real engine at thousands of tok/s, so the front end is the ceiling as on a GPU")
     ap.add_argument("--api-server-count", type=int, default=1,
                     help="API processes per server, on gramserve and vLLM's server alike (API CPU: all of them)")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="let every process run on every CPU (default: the engine's processes on the lower half of "
+                         "the CPUs, the API processes and this load client on the rest, as on a GPU node where the "
+                         "engine has its own cores; see bench._proc.CpuSplit)")
     ap.add_argument("--port", type=int, default=8611)
     ap.add_argument("--max-model-len", type=int, default=4096)
     ap.add_argument("--kv-cache-space", type=float, default=2.0, help="GiB (VLLM_CPU_KVCACHE_SPACE)")
@@ -387,6 +404,8 @@ def _parser() -> argparse.ArgumentParser:
 def _server_cmd(target: str, port: int, flags: EngineFlags, model: Path) -> list[str]:
     if target.startswith("gramserve@"):  # an earlier gramserve, from its worktree (see _server_cwd)
         return [str(PY), "-m", "server", "serve", "--port", str(port), *flags.gramserve_args()]
+    if target == "transport":  # the HTTP floor: a bare uvicorn app on the same engine, no parsing
+        return [str(PY), "-m", "bench.transport_floor", "--port", str(port), "--", *flags.gramserve_args()]
     return gramserve_cmd(port, flags) if target == "gramserve" else vllm_cmd(port, flags, model)
 
 
@@ -410,7 +429,7 @@ def _interleaved_runs(a: argparse.Namespace, targets: Sequence[str], flags: Engi
         for j, target in enumerate(http):
             print(f"# starting {target} ({time.monotonic() - t0:.0f} s)", flush=True)
             servers[target] = _Server(_server_cmd(target, a.port + j, flags, model), flags.env(), a.port + j,
-                                      logs / f"{target}-interleaved.log", cwd=_server_cwd(target))
+                                      logs / f"{target}-interleaved.log", cwd=_server_cwd(target), split=flags.split)
         for rep in range(a.repeats):
             print(f"# repeat {rep + 1}/{a.repeats}: {', '.join(http)} interleaved ({time.monotonic() - t0:.0f} s)",
                   flush=True)
@@ -432,14 +451,18 @@ def main(argv: list[str] | None = None) -> int:
     a.concurrency, a.lengths = _ints(a.concurrency), _ints(a.lengths)
     targets = a.targets.split(",")
     model = model_dir(a.model)
+    split = cpu_split() if a.pin else None
+    if split is not None:  # this load client (and the servers until they are up) on the front end's CPUs
+        os.sched_setaffinity(0, split.front)
     flags = EngineFlags(max_model_len=a.max_model_len, kv_cache_gib=a.kv_cache_space, max_num_seqs=a.max_num_seqs,
                         stream_interval=a.stream_interval, model=model if a.model != "smollm2" else None,
-                        api_server_count=a.api_server_count)
+                        api_server_count=a.api_server_count, split=split)
     logs = Path(a.logs)
     logs.mkdir(parents=True, exist_ok=True)
     runs: list[list[Cell]] = []
     t0 = time.monotonic()
-    print(f"# measuring {_git_head()} on {a.model} ({model})", flush=True)
+    pinned = f"API + client on CPUs {sorted(split.front)}, engine on {sorted(split.engine)}" if split else "unpinned"
+    print(f"# measuring {_git_head()} on {a.model} ({model}); {pinned}", flush=True)
     if a.interleave:
         runs = _interleaved_runs(a, targets, flags, model, logs, t0)
     else:
@@ -452,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
                     cells += _engine_cells(a, flags, log)
                     continue
                 server = _Server(_server_cmd(target, a.port, flags, model), flags.env(), a.port, log,
-                                 cwd=_server_cwd(target))
+                                 cwd=_server_cwd(target), split=flags.split)
                 try:
                     cells += asyncio.run(_http_cells(target, server, a))
                 finally:

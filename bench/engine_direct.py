@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any
 
-from bench._proc import cpu_sample
+from bench._proc import cpu_sample, parse_cpus, pin_tree
 from bench.serve import Cell, RequestResult, default_requests, markdown_table, run_level, summarize
 from bench.workloads import build_workload
 
@@ -112,12 +112,19 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--requests", type=int, default=None)
     ap.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--pin-cpus", default=None, metavar="FRONT:ENGINE",
+                    help="this process on FRONT's CPUs, the engine's processes on ENGINE's (e.g. 1:0), as bench.compare "
+                         "pins the servers")
     ap.add_argument("serve_args", nargs="*", help="gramserve serve flags (after --)")
     return ap
 
 
 async def _amain(a: argparse.Namespace) -> list[Cell]:
+    if a.pin_cpus:
+        os.sched_setaffinity(0, parse_cpus(a.pin_cpus).front)
     eng = DirectEngine(a.serve_args)
+    if a.pin_cpus:
+        pin_tree(os.getpid(), parse_cpus(a.pin_cpus))
     cells = []
     try:
         for n in (int(x) for x in a.max_tokens.split(",")):
