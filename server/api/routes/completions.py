@@ -4,10 +4,10 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from server.api.routes._body import completion_docs, parse_body
-from server.api.routes.chat import SSE_HEADERS
+from server.api.sse_response import SSEResponse
 from server.chat.stream_guard import unless_disconnected
 from server.plan import build_plan
 from server.plan.completion_frames import completion_response, completion_stream
@@ -28,6 +28,5 @@ async def create_completion(request: Request):
     state = request.app.state.gs
     plan = await asyncio.to_thread(build_plan, state, req)  # tokenize + grammar compile off the loop
     if req.stream:
-        return StreamingResponse(completion_stream(state, plan), media_type="text/event-stream",
-                                 headers=SSE_HEADERS)
+        return SSEResponse(completion_stream(state, plan))
     return JSONResponse(await unless_disconnected(completion_response(state, plan), request.receive))

@@ -4,9 +4,10 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
 from server.api.routes._body import parse_body
+from server.api.sse_response import SSEResponse
 from server.chat.stream_guard import unless_disconnected
 from server.plan import build_plan
 from server.plan.response_frames import response_body, response_stream
@@ -17,7 +18,6 @@ __all__ = ["router", "new_store"]
 
 router = APIRouter()
 
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def new_store(settings: object) -> ResponseStore:
@@ -36,8 +36,7 @@ async def create_response(request: Request):
     state, store = request.app.state.gs, _store(request)
     plan = await asyncio.to_thread(build_plan, state, req, store=store)  # render + compile off the loop
     if req.stream:
-        return StreamingResponse(response_stream(state, store, plan), media_type="text/event-stream",
-                                 headers=SSE_HEADERS)
+        return SSEResponse(response_stream(state, store, plan))
     body, headers = await unless_disconnected(response_body(state, store, plan), request.receive)
     return JSONResponse(body, headers=headers)
 

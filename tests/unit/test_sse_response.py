@@ -1,0 +1,54 @@
+"""SSEResponse: the start through every middleware, the events straight to the gateway's send."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from server.api.sse_response import BODY_SEND, SSE_HEADERS, SSEResponse
+
+
+async def _events() -> AsyncIterator[bytes]:
+    for text in ("a", "b"):
+        yield b"data: " + text.encode() + b"\n\n"
+
+
+def _run(scope: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    wrapped: list[dict[str, Any]] = []
+    below: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        wrapped.append(message)
+
+    async def body_send(message: dict[str, Any]) -> None:
+        below.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(3600)  # the client stays
+        return {"type": "http.disconnect"}
+
+    if scope.pop("with_body_send", False):
+        scope[BODY_SEND] = body_send
+    asyncio.run(SSEResponse(_events())(scope, receive, send))
+    return wrapped, below
+
+
+def _scope(**extra: Any) -> dict[str, Any]:
+    return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "method": "POST", **extra}
+
+
+def test_events_skip_the_wrappers_below_the_gateway() -> None:
+    wrapped, below = _run(_scope(with_body_send=True))
+    assert [m["type"] for m in wrapped] == ["http.response.start"]  # status and headers: every middleware
+    headers = dict(wrapped[0]["headers"])
+    assert headers[b"content-type"].startswith(b"text/event-stream")
+    assert all(headers[k.lower().encode()] == v.encode() for k, v in SSE_HEADERS.items())
+    assert [(m["body"], m["more_body"]) for m in below] == [(b"data: a\n\n", True), (b"data: b\n\n", True),
+                                                           (b"", False)]
+
+
+def test_without_a_gateway_everything_goes_through_send() -> None:
+    wrapped, below = _run(_scope())
+    assert not below
+    assert [m["type"] for m in wrapped] == ["http.response.start"] + ["http.response.body"] * 3
+    assert b"".join(m.get("body", b"") for m in wrapped[1:]) == b"data: a\n\ndata: b\n\n"
