@@ -25,7 +25,7 @@ __all__ = ["Checkpoint", "ToolCallPart", "ParsedTools", "ToolParser", "CallForma
            "JsonError", "scan_value"]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per parse, per token: not frozen (4x slower to build); never changed after
 class ToolCallPart:
     """One tool call as seen so far.
 

@@ -65,7 +65,7 @@ def new_tool_call_id() -> str:
     return "call_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one per parse (per token): as MessageDelta
 class Parsed:
     """One view of the message: what the client should have seen so far.
 
