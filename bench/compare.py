@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import json
 import os
 import signal
@@ -371,7 +372,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--targets", default=",".join(TARGETS),
                     help="comma-separated, from gramserve,vllm,engine, transport (bench/transport_floor.py: the least "
                          "an HTTP front end pays) and gramserve@REF (gramserve at an earlier commit, from a worktree "
-                         "under /tmp: before/after a change, e.g. gramserve,gramserve@HEAD~3)")
+                         "under /tmp: before/after a change, e.g. gramserve,gramserve@HEAD~3); a target ending in /N "
+                         "runs N API processes (gramserve,gramserve/2,vllm,vllm/2), overriding --api-server-count")
     ap.add_argument("--workloads", default="plain,json_schema,tools,agent")
     ap.add_argument("--concurrency", default="1,8,32,64")
     ap.add_argument("--max-tokens", "--lengths", dest="lengths", default="128",
@@ -401,7 +403,19 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def split_target(target: str) -> tuple[str, int | None]:
+    """``vllm/2`` -> (``vllm``, 2): a target with its own ``--api-server-count``; (target, None) without one."""
+    name, sep, count = target.rpartition("/")
+    if sep and count.isdigit() and int(count) >= 1:
+        return name, int(count)
+    return target, None
+
+
 def _server_cmd(target: str, port: int, flags: EngineFlags, model: Path) -> list[str]:
+    target, count = split_target(target)
+    if count is not None:  # this target's own API process count, the rest of the settings shared
+        flags = copy.copy(flags)
+        flags.api_server_count = count
     if target.startswith("gramserve@"):  # an earlier gramserve, from its worktree (see _server_cwd)
         return [str(PY), "-m", "server", "serve", "--port", str(port), *flags.gramserve_args()]
     if target == "transport":  # the HTTP floor: a bare uvicorn app on the same engine, no parsing
@@ -410,6 +424,7 @@ def _server_cmd(target: str, port: int, flags: EngineFlags, model: Path) -> list
 
 
 def _server_cwd(target: str) -> Path:
+    target = split_target(target)[0]
     return checkout(target.split("@", 1)[1]) if target.startswith("gramserve@") else REPO
 
 

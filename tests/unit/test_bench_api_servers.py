@@ -33,3 +33,16 @@ def test_the_count_reaches_both_servers() -> None:
     assert v[v.index("-m") + 1] == "bench.vllm_server"  # vLLM's api_server entry runs one process
     one = vllm_cmd(8001, EngineFlags(max_model_len=2048, kv_cache_gib=2, max_num_seqs=None), model=Path("/m"))
     assert "--api-server-count" not in one and one[one.index("-m") + 1] == "vllm.entrypoints.openai.api_server"
+
+
+def test_a_target_may_carry_its_own_count() -> None:
+    from bench.compare import _server_cmd, split_target
+
+    assert split_target("vllm/2") == ("vllm", 2) and split_target("gramserve@HEAD~3/2") == ("gramserve@HEAD~3", 2)
+    assert split_target("gramserve") == ("gramserve", None) and split_target("vllm/x") == ("vllm/x", None)
+    flags = EngineFlags(max_model_len=2048, kv_cache_gib=2, max_num_seqs=None)
+    two = _server_cmd("gramserve/2", 8000, flags, Path("/m"))
+    assert two[two.index("--api-server-count") + 1] == "2"
+    assert "--api-server-count" not in _server_cmd("gramserve", 8000, flags, Path("/m"))  # the shared flags unchanged
+    v = _server_cmd("vllm/2", 8001, flags, Path("/m"))
+    assert v[v.index("-m") + 1] == "bench.vllm_server" and v[v.index("--api-server-count") + 1] == "2"
