@@ -444,7 +444,7 @@ def _interleaved_runs(a: argparse.Namespace, targets: Sequence[str], flags: Engi
         for j, target in enumerate(http):
             print(f"# starting {target} ({time.monotonic() - t0:.0f} s)", flush=True)
             servers[target] = _Server(_server_cmd(target, a.port + j, flags, model), flags.env(), a.port + j,
-                                      logs / f"{target}-interleaved.log", cwd=_server_cwd(target), split=flags.split)
+                                      logs / f"{target.replace('/', '-x')}-interleaved.log", cwd=_server_cwd(target), split=flags.split)
         for rep in range(a.repeats):
             print(f"# repeat {rep + 1}/{a.repeats}: {', '.join(http)} interleaved ({time.monotonic() - t0:.0f} s)",
                   flush=True)
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             cells: list[Cell] = []
             for target in targets:
                 print(f"# repeat {rep + 1}/{a.repeats}: {target} ({time.monotonic() - t0:.0f} s)", flush=True)
-                log = logs / f"{target}-{rep}.log"
+                log = logs / f"{target.replace('/', '-x')}-{rep}.log"
                 if target == "engine":
                     cells += _engine_cells(a, flags, log)
                     continue
