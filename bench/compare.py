@@ -419,6 +419,8 @@ def _server_cmd(target: str, port: int, flags: EngineFlags, model: Path) -> list
     if target.startswith("gramserve@"):  # an earlier gramserve, from its worktree (see _server_cwd)
         return [str(PY), "-m", "server", "serve", "--port", str(port), *flags.gramserve_args()]
     if target == "transport":  # the HTTP floor: a bare uvicorn app on the same engine, no parsing
+        if flags.api_server_count > 1:
+            raise SystemExit("the transport target runs one API process; leave it out of runs with --api-server-count > 1")
         return [str(PY), "-m", "bench.transport_floor", "--port", str(port), "--", *flags.gramserve_args()]
     return gramserve_cmd(port, flags) if target == "gramserve" else vllm_cmd(port, flags, model)
 
@@ -444,7 +446,8 @@ def _interleaved_runs(a: argparse.Namespace, targets: Sequence[str], flags: Engi
         for j, target in enumerate(http):
             print(f"# starting {target} ({time.monotonic() - t0:.0f} s)", flush=True)
             servers[target] = _Server(_server_cmd(target, a.port + j, flags, model), flags.env(), a.port + j,
-                                      logs / f"{target.replace('/', '-x')}-interleaved.log", cwd=_server_cwd(target), split=flags.split)
+                                      logs / f"{target.replace('/', '-x')}-interleaved.log", cwd=_server_cwd(target),
+                                      split=flags.split)
         for rep in range(a.repeats):
             print(f"# repeat {rep + 1}/{a.repeats}: {', '.join(http)} interleaved ({time.monotonic() - t0:.0f} s)",
                   flush=True)
