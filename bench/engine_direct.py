@@ -63,9 +63,13 @@ class DirectEngine:
         return bool(parsed.content.strip()) or any(
             c.name is not None and (c.arguments or c.complete) for c in parsed.tool_calls)
 
-    async def one(self, prepared: tuple[list[int], Any, bool]) -> RequestResult:
+    def generate(self, ids: list[int], params: Any, request_id: str) -> Any:
+        """``AsyncLLM.generate`` of prepared token ids: its outputs, as vLLM yields them."""
         from vllm.inputs.engine import tokens_input
 
+        return self.llm.generate(tokens_input(ids), params, request_id)
+
+    async def one(self, prepared: tuple[list[int], Any, bool]) -> RequestResult:
         ids, params, calls = prepared
         text = ""
         self._n += 1
@@ -73,7 +77,7 @@ class DirectEngine:
         res = RequestResult(ok=True)
         last = None
         try:
-            async for out in self.llm.generate(tokens_input(ids), params, f"direct-{self._n}"):
+            async for out in self.generate(ids, params, f"direct-{self._n}"):
                 now = time.perf_counter()
                 for c in out.outputs:
                     res.tokens += len(c.token_ids)
@@ -120,11 +124,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _amain(a: argparse.Namespace) -> list[Cell]:
-    if a.pin_cpus:
-        os.sched_setaffinity(0, parse_cpus(a.pin_cpus).front)
+    split = parse_cpus(a.pin_cpus) if a.pin_cpus else None
+    if split is not None:
+        os.sched_setaffinity(0, split.front)
     eng = DirectEngine(a.serve_args)
-    if a.pin_cpus:
-        pin_tree(os.getpid(), parse_cpus(a.pin_cpus))
+    if split is not None:
+        pin_tree(os.getpid(), split)
     cells = []
     try:
         for n in (int(x) for x in a.max_tokens.split(",")):

@@ -1,7 +1,8 @@
 """The HTTP floor: the least any uvicorn front end on vLLM's ``AsyncLLM`` pays to stream a chat answer.
 
 A bare ASGI app on uvicorn (httptools), no FastAPI, no middleware, no parsing: a chat request is
-prepared by gramserve's own ``build_plan`` (template, prompt tokens, constraint), on the event loop,
+prepared as the engine-alone target prepares it (``bench.engine_direct.DirectEngine.prepare``:
+gramserve's own plan, so the same template, prompt tokens and constraint), on the event loop,
 then each engine output goes out as one SSE event, framed from pre-encoded bytes
 (``ContentFrames``: a tool call's text is sent as content, unparsed), with the usage chunk and
 ``[DONE]`` at the end. So it pays what every such server pays (HTTP parsing, one ASGI send and one
@@ -21,20 +22,19 @@ import argparse
 import asyncio
 import itertools
 import json
+import time
 from typing import Any
 
 __all__ = ["TransportFloorApp", "main"]
 
 
 class TransportFloorApp:
-    """The bare ASGI app (see the module docstring)."""
+    """The bare ASGI app (see the module docstring) around ``engine``: a
+    :class:`bench.engine_direct.DirectEngine` (its ``prepare``, its ``llm``, its model name)."""
 
-    def __init__(self, serve_args: list[str]) -> None:
-        from server.config import settings_from_args
-        from server.runner import build_state
-
-        self.state = build_state(settings_from_args(serve_args))
-        self.llm = self.state.engine._llm  # type: ignore[attr-defined]
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.model = engine.state.engine.model_name
         self._ids = itertools.count()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -56,28 +56,22 @@ class TransportFloorApp:
         await self._stream(json.loads(body), send)
 
     async def _stream(self, body: dict[str, Any], send: Any) -> None:
-        from vllm.inputs.engine import tokens_input
-
         from server.chat.sse import DONE, ContentFrames, chunk, sse_event
-        from server.plan import build_plan
-        from server.protocol import ChatCompletionRequest, usage_dict
+        from server.protocol import usage_dict
 
-        req = ChatCompletionRequest.model_validate(body)
-        plan = build_plan(self.state, req)
-        gen = plan.gen
-        params = self.state.engine._sampling_params(gen)  # type: ignore[attr-defined]
-        model = self.state.engine.model_name
-        frames = ContentFrames(id=plan.id, created=plan.created, model=model)
+        ids, params, _ = self.engine.prepare(body)
+        rid, created = f"floor-{next(self._ids)}", int(time.time())
+        frames = ContentFrames(id=rid, created=created, model=self.model)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
         tokens = 0
-        async for out in self.llm.generate(tokens_input(list(gen.prompt_token_ids)), params, f"floor-{next(self._ids)}"):
+        async for out in self.engine.generate(ids, params, rid):
             for c in out.outputs:
                 tokens += len(c.token_ids)
                 if c.text:
                     await send({"type": "http.response.body", "body": frames.content(c.index, c.text), "more_body": True})
-        usage = sse_event(chunk(id=plan.id, created=plan.created, model=model, choices=[],
-                                usage=usage_dict(len(gen.prompt_token_ids), tokens)))
+        usage = sse_event(chunk(id=rid, created=created, model=self.model, choices=[],
+                                usage=usage_dict(len(ids), tokens)))
         await send({"type": "http.response.body", "body": usage + DONE, "more_body": False})
 
 
@@ -92,13 +86,15 @@ def _parser() -> argparse.ArgumentParser:
 async def _amain(a: argparse.Namespace) -> None:
     import uvicorn
 
-    app = TransportFloorApp(a.serve_args)
+    from bench.engine_direct import DirectEngine
+
+    app = TransportFloorApp(DirectEngine(a.serve_args))
     config = uvicorn.Config(app, host=a.host, port=a.port, http="httptools", loop="asyncio", lifespan="on",
                             access_log=False, log_level="warning")
     try:
         await uvicorn.Server(config).serve()
     finally:
-        app.llm.shutdown()
+        app.engine.llm.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:
