@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STANDIN_NAME", "STANDIN_VERSION", "SEED", "CLOSING_TEXTS", "standin_config", "token_classes", "write_standin",
-           "ensure_standin"]
+__all__ = ["STANDIN_NAME", "STANDIN_VERSION", "SEED", "CLOSING_TEXTS", "standin_config", "token_classes", "standin_weights",
+           "write_standin", "ensure_standin"]
 
 STANDIN_VERSION = "3"
 STANDIN_NAME = f"standin-{STANDIN_VERSION}"
@@ -54,13 +54,15 @@ def standin_config(source: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def token_classes(folder: Path) -> tuple[dict[int, float], list[int], list[int]]:
-    """(closing token id -> bias, whitespace-only ids, ids whose text holds a quote) of the tokenizer."""
+def token_classes(folder: Path, closing_texts: dict[str, float] | None = None
+                  ) -> tuple[dict[int, float], list[int], list[int]]:
+    """(closing token id -> bias, whitespace-only ids, ids whose text holds a quote) of the tokenizer;
+    ``closing_texts`` (text -> bias) defaults to :data:`CLOSING_TEXTS` (SmolLM2's hermes format)."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     closing = {}
-    for text, bias in CLOSING_TEXTS.items():
+    for text, bias in (CLOSING_TEXTS if closing_texts is None else closing_texts).items():
         encoded = tok.encode(text, add_special_tokens=False).ids
         if len(encoded) == 1:  # a text that is not one token is never one sampling step
             closing[encoded[0]] = bias
@@ -70,9 +72,9 @@ def token_classes(folder: Path) -> tuple[dict[int, float], list[int], list[int]]
     return closing, blank, quoted
 
 
-def _weights(config: dict[str, Any], classes: tuple[dict[int, float], list[int], list[int]]) -> dict[str, Any]:
+def standin_weights(config: dict[str, Any], classes: tuple[dict[int, float], list[int], list[int]]) -> dict[str, Any]:
     """Random weights (seeded); dimension 0 a constant, dimension 1 "this token holds a quote", which
-    the head turns into the biases above."""
+    the head turns into the biases above (a closing text's bias wins over the whitespace one)."""
     import torch
 
     gen = torch.Generator().manual_seed(SEED)
@@ -90,9 +92,9 @@ def _weights(config: dict[str, Any], classes: tuple[dict[int, float], list[int],
     head = rand(vocab, hidden, std=0.5)
     head[:, :2] = 0.0
     norm0 = 6.0  # dimension 0 after the RMS norm
+    head[blank, 0] = WHITESPACE_BIAS / norm0
     for token, bias in closing.items():
         head[token, 0] = bias / norm0
-    head[blank, 0] = WHITESPACE_BIAS / norm0
     head[quoted, 1] = AFTER_QUOTE_BIAS / norm0
     layer = "model.layers.0."
     state = {
@@ -121,7 +123,7 @@ def write_standin(source: Path, out_dir: Path) -> None:
             shutil.copyfile(source / name, out_dir / name)
     config = standin_config(json.loads((source / "config.json").read_text()))
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    save_file(_weights(config, token_classes(out_dir)), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(standin_weights(config, token_classes(out_dir)), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     for file in out_dir.iterdir():
         os.chmod(file, 0o644)  # the cache may be shared
 
