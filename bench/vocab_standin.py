@@ -41,7 +41,7 @@ __all__ = ["VOCABS", "Vocab", "BuiltTokenizer", "build_tokenizer", "cache_root",
            "vocab_closing_texts"]
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILDER_VERSION = "1"  # raise when the folder's contents change
+BUILDER_VERSION = "3"  # raise when the folder's contents change
 
 # the spans between added tokens, as each source splits them (the pre-tokenizer regexes)
 QWEN_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
@@ -201,6 +201,12 @@ def _tekken() -> BuiltTokenizer:
     tok = _bpe(ranks, data["config"]["pattern"], [], nfc=False)
     raw = json.loads(tok.to_str())
     raw["model"]["vocab"] = {t: i + n_special for t, i in raw["model"]["vocab"].items()}
+    clash = [p for p in map(tekken.id_to_piece, range(n_special)) if p in raw["model"]["vocab"]]
+    if clash:
+        raise ValueError(f"control tokens that are also ranks: {clash[:5]}")
+    # in the model's vocabulary too (as in Mistral's own tokenizer.json): the library keeps an added
+    # token's id only when the model knows it, else it appends it after the ranks
+    raw["model"]["vocab"].update({tekken.id_to_piece(i): i for i in range(n_special)})
     raw["added_tokens"] = [{"id": i, "content": tekken.id_to_piece(i), "single_word": False, "lstrip": False,
                             "rstrip": False, "normalized": False, "special": True} for i in range(n_special)]
     from tokenizers import Tokenizer
@@ -272,7 +278,8 @@ def _write_folder(out: Path, vocab: str, template: str, closing: dict[str, float
     base = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": built.vocab_size,
             "bos_token_id": bos_id, "eos_token_id": list(built.stop_ids), "max_position_embeddings": 8192,
             "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "hidden_act": "silu", "attention_bias": False,
-            "mlp_bias": False, "initializer_range": 0.02}
+            "mlp_bias": False, "initializer_range": 0.02,
+            "transformers_version": "5.0.0"}  # a transformers-5 folder: no Mistral-regex warning on load
     model_config = standin_config(base)
     (out / "config.json").write_text(json.dumps(model_config, indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": bos_id, "eos_token_id": list(built.stop_ids)}) + "\n")
