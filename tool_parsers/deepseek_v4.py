@@ -220,14 +220,14 @@ class DeepSeekV41ToolParser(DsmlToolParser):
 
 
 def _detect(family: str) -> Callable[[str], bool]:
-    """A template writing DSML (the marker literal, or a ``dsml_token`` variable) and this dialect's
-    section name (``<{{ dsml_token }}tool_calls>`` or the literal)."""
+    """A template writing DSML (the marker's text) and this dialect's section name after it, after a
+    ``dsml_token`` variable (``<{{ dsml_token }}tool_calls>``) or in a string joined to it."""
     section = DIALECTS[family].section
 
     def detect(template: str) -> bool:
         if DSML not in template:
             return False
-        return any(f"{lead}{section}>" in template for lead in (DSML, "}}", "-}}"))
+        return any(f"{lead}{section}>" in template for lead in (DSML, "}}", '"'))
 
     return detect
 
