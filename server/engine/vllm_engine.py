@@ -2,12 +2,14 @@
 
 vLLM runs its engine core in a subprocess; the front end only sees token deltas.
 Structured output is forced onto the XGrammar backend so vLLM never silently falls
-back to another backend (or to no constraint).
+back to another backend (or to no constraint); gramserve's engine plugin makes that backend
+the hybrid one, which also runs llguidance for the schemas marked for it.
 """
 from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +23,10 @@ from server.engine.base import (
     TokenLogprob,
     TopLogprob,
 )
+from server.engine.hybrid_backend import guidance_grammar_text, guidance_schema_text
 from server.engine.loop_breaker import EXTRA_ARG as BREAK_LOOPS
 from server.engine.loop_breaker import FQCN as LOOP_BREAKER
+from server.engine.vllm_plugin import ENV_FLAG as ENGINE_PLUGIN_FLAG
 from server.lru import BoundedLRU
 
 __all__ = ["EngineOptions", "VllmEngine", "engine_config", "remember_validated_grammars", "structured_outputs_params"]
@@ -103,6 +107,8 @@ class VllmEngine:
         client.pop("api_server_loads", None)  # vLLM's accept balancing: uvicorn here accepts as it can
         config = engine_config(options, api_processes=count, api_rank=index)
         self._break_loops = LOOP_BREAKER in (config.model_config.logits_processors or ())
+        # llguidance runs beside XGrammar only where the engine plugin installs the hybrid backend.
+        self.guidance = os.environ.get(ENGINE_PLUGIN_FLAG) == "1"
         # vLLM's Prometheus metrics (exported on /metrics), recorded when read (vllm_stats.py), and
         # not its LoggingStatLogger: that one records every engine step for a periodic log line
         # only vLLM's own server triggers (do_log_stats), so here it was per-token work for nothing.
@@ -216,6 +222,8 @@ def structured_outputs_params(constraint: Any) -> Any:
     from vllm.sampling_params import StructuredOutputsParams
 
     kind, value = constraint.kind, constraint.value
+    if kind == "json" and constraint.backend == "llguidance":  # the hybrid backend's marked grammar
+        return StructuredOutputsParams(grammar=guidance_grammar_text(constraint.text()))
     if kind == "json":
         return StructuredOutputsParams(json=value)
     if kind == "json_object":
@@ -257,6 +265,8 @@ def remember_validated_grammars() -> None:
     passed: BoundedLRU[tuple[str, str], bool] = BoundedLRU(max_entries=_VALIDATED_MAX, max_chars=32 << 20)
 
     def validate(sampling_params: Any) -> None:
+        if guidance_schema_text(getattr(sampling_params.structured_outputs, "grammar", None) or "") is not None:
+            return  # for llguidance: gramserve checked it with llguidance; XGrammar's check does not apply
         key = _spec_key(sampling_params.structured_outputs)
         if key is not None and passed.get(key):
             return

@@ -1,4 +1,5 @@
-"""A vLLM general plugin: grammar compiles in the engine run at low CPU priority.
+"""A vLLM general plugin: grammar compiles in the engine run at low CPU priority, and the
+XGrammar backend also runs llguidance for the schemas marked for it (``hybrid_backend``).
 
 vLLM compiles a request's grammar on a worker thread of the engine-core process, and
 xgrammar fans each compile out over 8 fresh threads. On a small CPU machine those threads
@@ -40,13 +41,20 @@ def lower_thread_priority(increment: int = COMPILE_NICE) -> None:
 
 
 def register() -> None:
-    """Wrap vLLM's grammar compile so it runs on a low-priority thread (idempotent)."""
+    """Wrap vLLM's grammar compile so it runs on a low-priority thread, and make its XGrammar
+    backend the hybrid one (idempotent)."""
     if os.environ.get(ENV_FLAG) != "1":
         return
     try:
+        import vllm.v1.structured_output as so
         from vllm.v1.structured_output import StructuredOutputManager
     except ImportError:  # pragma: no cover - another vLLM layout: leave it alone
         return
+    from server.engine.hybrid_backend import hybrid_backend_class
+
+    # The manager builds ``XgrammarBackend(...)`` by this module-level name; a schema marked
+    # for llguidance fails closed (XGrammar cannot parse its grammar) wherever this is absent.
+    so.XgrammarBackend = hybrid_backend_class()
     original = StructuredOutputManager._create_grammar
     if getattr(original, "_gramserve_low_priority", False):
         return

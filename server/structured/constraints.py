@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 ConstraintKind = Literal["json", "json_object", "regex", "choice", "grammar", "structural_tag"]
+Backend = Literal["xgrammar", "llguidance"]
 
 # vLLM's limit (vllm.sampling_params), the ceiling of --max-schema-depth: one constant for both.
 MAX_JSON_NESTING = MAX_SCHEMA_DEPTH
@@ -99,14 +100,22 @@ class Constraint:
 
     kind: ConstraintKind
     value: Any
+    #: The compiler that enforces it: "xgrammar", or "llguidance" for a JSON schema that only
+    #: llguidance enforces exactly (``schema_plan.decide_schema``; the engine's hybrid backend).
+    backend: Backend = "xgrammar"
+
+    def text(self) -> str:
+        """The value as compact JSON (key order kept: property order is part of the grammar)."""
+        return json.dumps(self.value, separators=(",", ":"), ensure_ascii=False)
 
     def cache_key(self) -> str:
-        """Kind + compact JSON of the value. Keys are NOT sorted: property order is part of
-        the grammar (xgrammar emits properties in schema order). Computed once per object:
+        """Backend, kind + compact JSON of the value. Keys are NOT sorted: property order is part
+        of the grammar (xgrammar emits properties in schema order). Computed once per object:
         an agent's remembered constraint is looked up again on every turn."""
         key = self.__dict__.get("_key")
         if key is None:
-            key = self.kind + ":" + json.dumps(self.value, separators=(",", ":"), ensure_ascii=False)
+            prefix = "" if self.backend == "xgrammar" else self.backend + "/"
+            key = prefix + self.kind + ":" + self.text()
             self.__dict__["_key"] = key  # a frozen dataclass: not a field, so eq and hash are unchanged
         return key
 
@@ -168,7 +177,8 @@ def _remembered_problem(kind: str, doc: Any, find: Callable[[], str | None]) -> 
 
 
 def check_schema(schema: Any, param: str) -> None:
-    """JSON Schema 2020-12 meta-validation, nesting limit, then xgrammar conversion."""
+    """JSON Schema 2020-12 meta-validation and the nesting limit (which compiler takes the
+    schema is ``schema_plan.decide_schema``'s question; a tool's schema is compiled in its tag)."""
     if isinstance(schema, bool):
         if not schema:
             raise ConstraintError(f"{param}: the schema `false` accepts no value at all.", param, code="invalid_schema")
@@ -184,7 +194,6 @@ def check_schema(schema: Any, param: str) -> None:
 def _schema_problem(schema: dict[str, Any]) -> str | None:
     """What is wrong with ``schema`` (the text after the parameter name), or None."""
     import jsonschema
-    import xgrammar as xgr
 
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
@@ -193,11 +202,7 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
         return f"is not a valid JSON Schema at {where}: {exc.message}"
     if nesting_exceeds(schema, MAX_JSON_NESTING):
         return f"is nested too deeply: objects and arrays may nest at most {MAX_JSON_NESTING} levels."
-    try:
-        xgr.Grammar.from_json_schema(json.dumps(schema))
-    except Exception as exc:  # xgrammar raises RuntimeError with the converter's reason
-        return f"cannot be compiled to a grammar: {_xgr_message(exc)}"
-    return None
+    return None  # whether a compiler takes it is schema_plan.decide_schema's question
 
 
 def _check_regex(pattern: Any, param: str) -> None:
@@ -228,6 +233,8 @@ def _check_grammar(grammar: Any, param: str) -> str:
 
     if not isinstance(grammar, str) or not grammar.strip():
         raise ConstraintError(f"{param} must be a non-empty grammar string.", param)
+    if grammar.lstrip().startswith("%llguidance"):  # the engine's marker for a schema sent to llguidance
+        raise ConstraintError(f"{param}: llguidance grammars are not accepted; send a Lark or EBNF grammar.", param)
     lark = _is_lark(grammar)
     try:
         parsed = xgr.Grammar.from_lark(grammar) if lark else xgr.Grammar.from_ebnf(grammar)
@@ -274,7 +281,7 @@ class _Response:
     plain: Constraint | None  # None when only expressible as a structural tag
 
 
-def _from_response_format(rf: dict[str, Any]) -> _Response | None:
+def _from_response_format(rf: dict[str, Any], guidance: Any = None) -> _Response | None:
     kind = rf.get("type")
     if kind in (None, "text"):
         return None
@@ -290,17 +297,39 @@ def _from_response_format(rf: dict[str, Any]) -> _Response | None:
         raise ConstraintError("response_format.json_schema must be an object with a 'schema'.", "response_format.json_schema")
     schema = spec.get("schema", {"type": "object"})
     check_schema(schema, "response_format.json_schema.schema")
-    return _json_response(schema)
+    return _json_response(schema, guidance)
 
 
-def _json_response(schema: Any) -> _Response:
+def _json_response(schema: Any, guidance: Any = None, param: str = "response_format.json_schema.schema") -> _Response:
+    """``guidance``: the schema's llguidance form when llguidance enforces it exactly (then
+    the plain constraint runs there); a structural tag always holds ``schema`` (XGrammar's form)."""
     if schema is True:  # "any JSON value", in the dict form every consumer understands
         schema = {}
-    plain = None if vllm_json_refusal(schema) else Constraint("json", schema)
+    if guidance is not None:
+        plain: Constraint | None = Constraint("json", guidance, backend="llguidance")
+    else:
+        _check_xgrammar_schema(schema, param)
+        plain = None if vllm_json_refusal(schema) else Constraint("json", schema)
     return _Response(json_format(schema), plain)
 
 
-def _from_structured_outputs(so: dict[str, Any]) -> _Response:
+def _check_xgrammar_schema(schema: Any, param: str) -> None:
+    """XGrammar converts ``schema`` (it will hold the answer), remembered per schema."""
+    def find() -> str | None:
+        import xgrammar as xgr
+
+        try:
+            xgr.Grammar.from_json_schema(json.dumps(schema))
+        except Exception as exc:  # xgrammar raises RuntimeError with the converter's reason
+            return f"cannot be compiled to a grammar: {_xgr_message(exc)}"
+        return None
+
+    problem = _remembered_problem("xgr:", schema, find)
+    if problem is not None:
+        raise ConstraintError(f"{param} {problem}", param, code="invalid_schema")
+
+
+def _from_structured_outputs(so: dict[str, Any], guidance: Any = None) -> _Response:
     keys = [k for k, v in so.items() if v is not None and k not in _VLLM_OPTION_KEYS]
     known = {"json", "regex", "choice", "grammar", "json_object"}
     unknown = [k for k in keys if k not in known]
@@ -324,7 +353,7 @@ def _from_structured_outputs(so: dict[str, Any]) -> _Response:
             except ValueError as exc:
                 raise ConstraintError(f"{param} is not valid JSON: {exc}", param) from None
         check_schema(value, param)
-        return _json_response(value)
+        return _json_response(value, guidance, param)
     if key == "json_object":
         if value is not True:
             raise ConstraintError(f"{param} must be true when set.", param)
@@ -450,21 +479,24 @@ def constraint_from_request(
     tool_format: str | CallFormat | None,
     reasoning: ReasoningSpec | None = None,
     tool_constraints: bool = True,
+    guidance_schema: Any = None,
 ) -> Constraint | None:
     """One constraint for the whole completion, or None when the output is free text.
 
     ``tool_constraints`` False leaves tool_choice "auto" unconstrained (required / named calls
-    are still enforced). Raises ConstraintError for anything that cannot be enforced exactly.
+    are still enforced). ``guidance_schema``: the JSON answer's schema in llguidance's form, when
+    llguidance enforces it exactly (used where the answer is the whole output). Raises
+    ConstraintError for anything that cannot be enforced exactly.
     """
     response: _Response | None = None
     if response_format is not None:
-        response = _from_response_format(response_format)
+        response = _from_response_format(response_format, guidance_schema)
     if structured_outputs:
         if response is not None:
             raise ConstraintError(
                 "Set either response_format or structured_outputs, not both.", "structured_outputs"
             )
-        response = _from_structured_outputs(structured_outputs)
+        response = _from_structured_outputs(structured_outputs, guidance_schema)
 
     entries = _tool_entries(tools or [])
     mode, named = _tool_mode(tool_choice, [n for n, _ in entries])

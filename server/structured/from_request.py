@@ -19,7 +19,7 @@ from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
 from server.structured.constraints import Constraint, check_schema, constraint_from_request, nesting_exceeds
-from server.structured.schema_support import normalize_schema
+from server.structured.schema_plan import SchemaDecision, decide_schema
 from server.structured.spec import Capabilities, ConstraintSpec, Limits
 
 __all__ = ["BuiltConstraint", "build", "capabilities", "checked", "compile_checked", "constraint_limits",
@@ -31,16 +31,18 @@ MAX_CHOICES = 1024  # a choice list is a grammar of alternatives: beyond this it
 @dataclass(frozen=True)
 class BuiltConstraint:
     """A spec's constraint (None: free text), the schema to validate the answer against
-    afterwards (None: none) and whether that schema was strict."""
+    afterwards (None: none), whether that schema was strict, and its verdict."""
 
     constraint: Constraint | None
     schema: dict[str, Any] | None = None
     strict: bool = False
+    decision: SchemaDecision | None = None  # the JSON answer's schema verdict (schema_plan)
 
 
 def capabilities(state: ServerState) -> Capabilities:
     """What this server can enforce (its settings and parsers)."""
-    return Capabilities.of(state.settings, tool_parser=state.tool_parser, reasoning_parser=state.reasoning_parser)
+    return Capabilities.of(state.settings, tool_parser=state.tool_parser, reasoning_parser=state.reasoning_parser,
+                           guidance=bool(getattr(state.engine, "guidance", True)))
 
 
 def schema_limits(limits: Limits, schema: Any, *, param: str) -> None:
@@ -105,27 +107,33 @@ def constraint_limits(limits: Limits, so: dict[str, Any] | None) -> None:
                               code="schema_too_large")
 
 
-def _strict_check(schema: dict[str, Any], *, param: str) -> None:
-    from server.structured.schema_support import analyze_schema
-
-    # vLLM compiles JSON Schemas with xgrammar's default strict_mode=True.
-    problems = analyze_schema(schema, strict_mode=True).strict_problems()
-    if problems:
-        listed = "; ".join(problems)
-        raise bad_request(
-            "This schema cannot be enforced exactly under strict mode: " + listed
-            + ". Remove these keywords, or set strict to false to have the output validated after generation.",
-            param=param, code="unsupported_schema",
-        )
-
-
-def _check_schema(limits: Limits, schema: Any, *, strict: bool, param: str) -> None:
-    schema_limits(limits, schema, param=param)
+def _decided(spec: ConstraintSpec, schema: Any, *, strict: bool, param: str) -> SchemaDecision:
+    """Caps and meta-schema, then the one decision (``schema_plan``): a strict schema that no
+    backend enforces exactly is a 400 naming each keyword, pointer and backend tried; so is one
+    that neither compiler can take at all."""
+    schema_limits(spec.limits, schema, param=param)
     if not isinstance(schema, dict):
         raise bad_request("The schema must be a JSON object.", param=param, code="invalid_schema")
-    check_schema(schema, param)  # the one schema check (meta-schema, nesting, grammar) the builders use too
-    if strict:  # judged on what is compiled: normalize_schema keeps every keyword at its pointer
-        _strict_check(normalize_schema(schema), param=param)
+    check_schema(schema, param)  # meta-schema and nesting, as the builders check it too
+    decision = decide_schema(schema, guidance=spec.guidance)
+    if not decision.exact and (strict or not decision.xgrammar_compiles):
+        raise bad_request(decision.refusal(), param=param, code="unsupported_schema")
+    return decision
+
+
+def _held_exactly(constraint: Constraint | None, decision: SchemaDecision | None, *, strict: bool,
+                  param: str) -> None:
+    """Where the JSON answer is part of a larger XGrammar constraint (thinking, tool calls,
+    Harmony's framing), XGrammar must be exact on it too: llguidance cannot join that grammar."""
+    if decision is None or not strict or constraint is None or constraint.backend == "llguidance":
+        return
+    if not decision.xgrammar_exact:
+        listed = "; ".join(p.message() for p in decision.xgrammar_problems)
+        raise bad_request(
+            "This schema is enforced exactly only by llguidance, which cannot be combined with the reasoning block, "
+            f"tool calls or the model's answer framing in one grammar; XGrammar is not exact on it: {listed}. Remove "
+            "these keywords, send the request without tools or thinking, or set strict to false.",
+            param=param, code="unsupported_schema")
 
 
 def build(spec: ConstraintSpec) -> BuiltConstraint:
@@ -139,17 +147,21 @@ def build(spec: ConstraintSpec) -> BuiltConstraint:
     constraint_limits(spec.limits, so)
     schema: dict | None = None
     strict = False
+    decision: SchemaDecision | None = None
+    param = ""
     if rf and rf.get("type") == "json_schema" and "schema" not in rf["json_schema"]:
         rf = {"type": "json_object"}  # as OpenAI: a json_schema without a schema is any JSON object
     if rf and rf.get("type") == "json_schema":
         schema = rf["json_schema"]["schema"]
         strict = bool(rf["json_schema"].get("strict"))
-        _check_schema(spec.limits, schema, strict=strict, param="response_format.json_schema.schema")
-        rf["json_schema"]["schema"] = normalize_schema(schema)
+        param = "response_format.json_schema.schema"
+        decision = _decided(spec, schema, strict=strict, param=param)
+        rf["json_schema"]["schema"] = decision.xgrammar_schema
     if so and isinstance(so.get("json"), (dict, str)):
         so_schema = so["json"] if isinstance(so["json"], dict) else _loads(so["json"])
-        _check_schema(spec.limits, so_schema, strict=True, param="structured_outputs.json")
-        so["json"] = normalize_schema(so_schema)
+        param = "structured_outputs.json"
+        decision = _decided(spec, so_schema, strict=True, param=param)
+        so["json"] = decision.xgrammar_schema
         schema, strict = so_schema, True
     tools = spec.tools.as_tools() if spec.tools else None
     for name, params in spec.tools.tools if spec.tools else ():
@@ -164,8 +176,10 @@ def build(spec: ConstraintSpec) -> BuiltConstraint:
         tool_format=spec.call_format,
         reasoning=spec.reasoning,
         tool_constraints=spec.tool_constraints,
+        guidance_schema=decision.llguidance_schema if decision and decision.backend == "llguidance" else None,
     )
-    return BuiltConstraint(constraint, schema, strict)
+    _held_exactly(constraint, decision, strict=strict, param=param)
+    return BuiltConstraint(constraint, schema, strict, decision)
 
 
 def compile_checked(cache: Any, constraint: Constraint | None) -> Any:

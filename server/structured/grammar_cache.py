@@ -21,7 +21,7 @@ from server.engine.vllm_plugin import lower_thread_priority
 from server.lru import BoundedLRU
 from server.structured.constraints import Constraint, _is_lark, _xgr_message
 
-__all__ = ["CompileResult", "GrammarCache", "compile_constraint", "tokenizer_info_from_hf"]
+__all__ = ["CompileResult", "GrammarCache", "compile_constraint", "guidance_compile_error", "tokenizer_info_from_hf"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,20 @@ def compile_constraint(compiler: Any, constraint: Constraint, *, disable_any_whi
     if kind == "structural_tag":
         return compiler.compile_structural_tag(value if isinstance(value, str) else json.dumps(value))
     raise ValueError(f"unknown constraint kind {kind!r}")
+
+
+def guidance_compile_error(schema_json: str, *, disable_any_whitespace: bool = False) -> str | None:
+    """llguidance's verdict on a JSON schema, as the engine's hybrid backend compiles it (None: it
+    compiles). llguidance builds token masks lazily, while generating, so no vocabulary is needed."""
+    import llguidance as llg
+
+    try:
+        grammar = llg.LLMatcher.grammar_from_json_schema(
+            schema_json, defaults={"whitespace_flexible": not disable_any_whitespace})
+        error = llg.LLMatcher.validate_grammar(grammar)
+    except Exception as exc:  # noqa: BLE001 - a schema llguidance cannot read
+        return f"llguidance: {exc}"
+    return f"llguidance: {error}" if error else None
 
 
 class GrammarCache:
@@ -131,6 +145,9 @@ class GrammarCache:
 
     def _run(self, constraint: Constraint) -> CompileResult:
         start = time.perf_counter()
+        if constraint.backend == "llguidance":
+            error = guidance_compile_error(constraint.text(), disable_any_whitespace=self.disable_any_whitespace)
+            return CompileResult(error is None, time.perf_counter() - start, False, error)
         try:
             compile_constraint(self.compiler, constraint, disable_any_whitespace=self.disable_any_whitespace)
         except Exception as exc:  # xgrammar reports every compile failure as an exception

@@ -15,7 +15,8 @@ from server.errors import APIError, validation_error
 from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest
 from server.structured.from_request import BuiltConstraint, checked, schema_request
-from server.structured.schema_support import analyze_schema
+from server.structured.constraints import ConstraintError, check_schema
+from server.structured.schema_plan import SchemaDecision, decide_schema
 from server.structured.spec import Capabilities, constraint_spec
 
 __all__ = ["body_request", "check_schema_report", "offline_capabilities", "split_body"]
@@ -79,15 +80,36 @@ def check_schema_report(body: Any, *, cache: Any, caps: Capabilities | None = No
         error = validation_error(list(exc.errors())) if isinstance(exc, ValidationError) else exc
         compiled = {"compiles": False, "error": error.message, "compile_seconds": None, "cached": False}
     items = []
+    guidance = (caps or offline_capabilities()).guidance
     for label, schema in labelled:
-        report = analyze_schema(schema, strict_mode=True)
-        problems = report.strict_problems()
+        # The request's own verdict (schema_plan): a response format may run on either backend; a
+        # tool's arguments are always part of XGrammar's structural tag.
+        tool = label != "schema"
+        decision = _decision(schema, guidance=guidance and not tool)
+        verdict = decision.report() if decision else {"backend": None, "exact": False, "tried": [], "problems": []}
         items.append({
             "name": label,
             **compiled,
-            "strict_ok": compiled["compiles"] and not problems,
-            "problems": problems,
+            **verdict,
+            "strict_ok": bool(compiled["compiles"] and verdict["exact"]),
+            "problems": [_problem_text(p) for p in verdict["problems"]],
+            "problem_details": verdict["problems"],
             "keywords": [{"pointer": e.pointer or "/", "keyword": e.keyword, "level": e.level, "note": e.note}
-                         for e in report.entries],
+                         for e in (decision.keywords if decision else ())],
         })
     return {"ok": all(i["strict_ok"] for i in items), "items": items}
+
+
+def _decision(schema: Any, *, guidance: bool) -> SchemaDecision | None:
+    """``decide_schema`` for a schema that passes the meta-schema (None: it does not)."""
+    if not isinstance(schema, dict):
+        return None
+    try:
+        check_schema(schema, "schema")
+    except ConstraintError:
+        return None
+    return decide_schema(schema, guidance=guidance)
+
+
+def _problem_text(p: dict[str, str]) -> str:
+    return f"{p['keyword']} at {p['pointer']} ({p['backend']}: {p['note']})"

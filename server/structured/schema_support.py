@@ -40,6 +40,7 @@ __all__ = [
     "SchemaReport",
     "analyze_schema",
     "normalize_schema",
+    "walk_schemas",
 ]
 
 EXACT = "EXACT"
@@ -429,7 +430,7 @@ def analyze_schema(schema: dict[str, Any], *, strict_mode: bool = False) -> Sche
 _DROPPABLE = frozenset({"title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly"})
 
 
-def _walk_schemas(schema: Any) -> Iterator[dict[str, Any]]:
+def walk_schemas(schema: Any) -> Iterator[dict[str, Any]]:
     """Every schema object in the document, $defs included (each visited once)."""
     stack = [schema]
     while stack:
@@ -543,7 +544,7 @@ def normalize_schema(schema: dict[str, Any]) -> dict[str, Any]:
     ``format: date`` / ``date-time`` on strings turned into calendar-exact patterns.
     """
     out = copy.deepcopy(schema)
-    for node in list(_walk_schemas(out)):
+    for node in list(walk_schemas(out)):
         for k in _DROPPABLE & node.keys():
             node.pop(k)
         if node.get("uniqueItems") is False:

@@ -48,9 +48,11 @@ class Capabilities:
     call_format: CallFormat | None = None  # the tool-call family's format (None: no tool parser)
     reasoning: ReasoningSpec | None = None  # the think block a reasoning parser lets through
     tool_constraints: bool = True  # False: tool_choice "auto" is not enforced by grammar
+    guidance: bool = True  # the engine also runs llguidance (server/engine/hybrid_backend.py)
 
     @classmethod
-    def of(cls, settings: Settings, *, tool_parser: Any = None, reasoning_parser: Any = None) -> Capabilities:
+    def of(cls, settings: Settings, *, tool_parser: Any = None, reasoning_parser: Any = None,
+           guidance: bool = True) -> Capabilities:
         reasoning = None
         if reasoning_parser is not None:
             reasoning = ReasoningSpec(start=reasoning_parser.start, end=reasoning_parser.end,
@@ -58,7 +60,7 @@ class Capabilities:
                                       required=settings.reasoning_required, switches=reasoning_parser.switches,
                                       thinking_default=reasoning_parser.thinking_default)
         return cls(limits=Limits.from_settings(settings), call_format=getattr(tool_parser, "format", None),
-                   reasoning=reasoning, tool_constraints=settings.tool_constraints)
+                   reasoning=reasoning, tool_constraints=settings.tool_constraints, guidance=guidance)
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class ConstraintSpec:
     reasoning: ReasoningSpec | None = None
     limits: Limits = Limits()
     tool_constraints: bool = True
+    guidance: bool = True  # llguidance may enforce a JSON schema (Capabilities.guidance)
 
     @property
     def empty(self) -> bool:
@@ -121,7 +124,7 @@ class ConstraintSpec:
             None if tools is None else [tools.tools, tools.choice, tools.parallel, tools.legacy, sorted(tools.custom)],
             None if self.call_format is None else asdict(self.call_format),
             None if self.reasoning is None else asdict(self.reasoning),
-            asdict(self.limits), self.tool_constraints,
+            asdict(self.limits), self.tool_constraints, self.guidance,
         ], separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -185,5 +188,5 @@ def constraint_spec(req: AnyRequest, caps: Capabilities, *, think: bool = True) 
     return ConstraintSpec(
         response_format=_response_format(req), structured_outputs=_dump(req.structured_outputs),
         tools=tools, call_format=caps.call_format if tools or _frames_answers(caps, req) else None, reasoning=reasoning,
-        limits=caps.limits, tool_constraints=caps.tool_constraints,
+        limits=caps.limits, tool_constraints=caps.tool_constraints, guidance=caps.guidance,
     )

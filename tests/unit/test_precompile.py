@@ -17,14 +17,12 @@ def test_items_compile_into_the_cache(make_app):
     cache = built.state.grammar_cache
     errors = precompile_items(built.state, [GOOD_SCHEMA, TOOLS, {"response_format": {"type": "json_object"}}])
     assert errors == []
-    # the same schema, asked for by a request afterwards, is a cache hit
-    from server.structured.constraints import constraint_from_request
-    from server.structured.schema_support import normalize_schema
+    # the same schema, asked for by a request afterwards, is a cache hit (on the backend it was given)
+    from server.structured.from_request import build
+    from server.structured.spec import ConstraintSpec
 
-    schema = normalize_schema(GOOD_SCHEMA)  # what a request compiles
-    c = constraint_from_request(response_format={"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
-                                structured_outputs=None, tools=None, tool_choice=None, parallel_tool_calls=True,
-                                tool_format=None)
+    c = build(ConstraintSpec(response_format={"type": "json_schema", "json_schema": {"schema": GOOD_SCHEMA}})).constraint
+    assert c is not None and c.backend == "llguidance"  # open to other properties: llguidance writes them all
     assert cache.compile(c).cached is True
 
 

@@ -1,0 +1,87 @@
+"""vLLM's XGrammar backend that also runs llguidance, chosen per request.
+
+vLLM builds one structured-output backend per engine (``vllm/v1/structured_output/__init__.py``),
+but no single compiler is exact on every real schema: llguidance refuses what it cannot enforce
+and XGrammar covers what llguidance refuses (and every structural tag: tool calls, thinking).
+gramserve decides per schema in the front end (``server/structured/schema_plan.py``) and
+marks a schema meant for llguidance by sending it as a *grammar* that starts with
+:data:`GUIDANCE_JSON_PREFIX`. That text is a valid llguidance Lark grammar and not a valid
+XGrammar one, so if this backend were ever missing the request would fail, never run loose.
+
+Both compilers fill the same int32 token bitmask (``ceil(vocab / 32)`` words a row), so one
+bitmask serves the batch and vLLM's overlap of the mask fill with the forward pass is kept.
+Installed in the engine-core process by :mod:`server.engine.vllm_plugin`.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+__all__ = ["GUIDANCE_JSON_PREFIX", "guidance_grammar_text", "guidance_schema_text", "hybrid_backend_class"]
+
+#: How a JSON Schema for llguidance travels as vLLM's ``grammar``: this prefix, then the schema.
+GUIDANCE_JSON_PREFIX = "%llguidance {}\nstart: %json "
+
+
+def guidance_grammar_text(schema_json: str) -> str:
+    """The ``grammar`` spec that sends ``schema_json`` (compact JSON text) to llguidance."""
+    return GUIDANCE_JSON_PREFIX + schema_json
+
+
+def guidance_schema_text(grammar_spec: str) -> str | None:
+    """The schema a :func:`guidance_grammar_text` spec carries, or None for any other grammar."""
+    if isinstance(grammar_spec, str) and grammar_spec.startswith(GUIDANCE_JSON_PREFIX):
+        return grammar_spec[len(GUIDANCE_JSON_PREFIX):]
+    return None
+
+
+def hybrid_backend_class() -> type:
+    """The backend class (built on first use: it subclasses vLLM's, imported lazily)."""
+    global _CLASS
+    if _CLASS is None:
+        _CLASS = _make_class()
+    return _CLASS
+
+
+_CLASS: type | None = None
+
+
+def _make_class() -> type:
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+    from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
+
+    class HybridBackend(XgrammarBackend):  # type: ignore[misc, valid-type]
+        """XGrammar for everything, except the JSON schemas marked for llguidance."""
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            self._guidance: Any = None
+            self._guidance_lock = threading.Lock()
+
+        def _guidance_backend(self) -> Any:
+            with self._guidance_lock:  # grammars compile on a thread pool
+                if self._guidance is None:
+                    from vllm.v1.structured_output.backend_guidance import GuidanceBackend
+
+                    backend = GuidanceBackend(self.vllm_config, tokenizer=self.tokenizer, vocab_size=self.vocab_size)
+                    words = (backend.ll_tokenizer.vocab_size + 31) // 32
+                    if words != (self.vocab_size + 31) // 32:
+                        raise ValueError(f"llguidance's vocabulary ({backend.ll_tokenizer.vocab_size}) does not fit "
+                                         f"the engine's bitmask ({self.vocab_size} tokens)")
+                    self._guidance = backend
+                return self._guidance
+
+        def compile_grammar(self, request_type: Any, grammar_spec: str,
+                            stop_token_ids: set[int] | None = None) -> Any:
+            schema = guidance_schema_text(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
+            if schema is None:
+                return super().compile_grammar(request_type, grammar_spec, stop_token_ids=stop_token_ids)
+            # GuidanceBackend compiles JSON with vLLM's whitespace option, as XGrammar does here.
+            return self._guidance_backend().compile_grammar(StructuredOutputOptions.JSON, schema)
+
+        def destroy(self) -> None:
+            super().destroy()
+            if self._guidance is not None:
+                self._guidance.destroy()
+
+    return HybridBackend

@@ -1,0 +1,278 @@
+"""The one analysis of a JSON Schema: which compiler enforces it exactly, or why none does.
+
+Every path that judges a schema asks :func:`decide_schema`: a request's ``response_format`` /
+``structured_outputs.json`` (``from_request.build``), ``POST /v1/schemas/check``,
+``gramserve check-schema`` and ``--precompile``. So the check says exactly what a request will
+do: the same verdict, keyword list and JSON pointers.
+
+The rule, in order (measured on MaskBench, docs/schema_support.md):
+
+1. the schema is rewritten without changing its valid instances (``normalize_schema``);
+2. **XGrammar** (the engine's own backend, and the one that joins thinking and tool calls in
+   one structural tag) when ``schema_support.analyze_schema`` finds every keyword exact there;
+3. else **llguidance** when it compiles the schema with no error and no warning: its JSON Schema
+   converter either enforces a keyword exactly or refuses it (``Unimplemented keys``), and no
+   invalid instance got through it on the JSON-Schema-Test-Suite or MaskBench's dev half;
+4. else no compiler is exact: a strict request is refused, naming each keyword, its pointer
+   and the backends tried; a non-strict one runs on XGrammar and is validated afterwards.
+
+Undeclared properties stay writable where the schema allows them (JSON Schema's rule: no
+``additionalProperties`` means any): llguidance does this by default, and the XGrammar form
+spells ``additionalProperties: true`` out, since XGrammar's ``strict_mode`` would forbid them.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from server.lru import BoundedLRU
+from server.structured.schema_support import KeywordUse, analyze_schema, normalize_schema
+
+__all__ = ["BACKENDS", "Backend", "Problem", "SchemaDecision", "decide_schema", "xgrammar_form"]
+
+Backend = Literal["llguidance", "xgrammar"]
+BACKENDS: tuple[Backend, ...] = ("xgrammar", "llguidance")  # tried in this order
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why one backend cannot enforce one keyword at one place exactly."""
+
+    backend: Backend
+    keyword: str
+    pointer: str
+    note: str
+
+    def message(self) -> str:
+        return f"{self.keyword} at {self.pointer or '/'} ({self.backend}: {self.note})"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"backend": self.backend, "keyword": self.keyword, "pointer": self.pointer or "/", "note": self.note}
+
+
+@dataclass(frozen=True)
+class SchemaDecision:
+    """The verdict on one schema, for both backends. ``backend`` is the first exact one (None:
+    neither is); ``llguidance_schema`` / ``xgrammar_schema`` are what each compiler is given."""
+
+    backend: Backend | None
+    llguidance_schema: dict[str, Any]
+    xgrammar_schema: dict[str, Any]
+    llguidance_problems: tuple[Problem, ...] = ()
+    xgrammar_problems: tuple[Problem, ...] = ()
+    keywords: tuple[KeywordUse, ...] = field(default=(), compare=False)  # XGrammar's per-keyword report
+    xgrammar_stricter: tuple[Problem, ...] = ()  # valid documents XGrammar's grammar cannot write
+
+    @property
+    def exact(self) -> bool:
+        return self.backend is not None
+
+    @property
+    def xgrammar_exact(self) -> bool:
+        return not self.xgrammar_problems
+
+    @property
+    def xgrammar_compiles(self) -> bool:
+        return not any(p.keyword == "schema" for p in self.xgrammar_problems)
+
+    @property
+    def tried(self) -> tuple[Backend, ...]:
+        if self.backend == "xgrammar" and self.xgrammar_stricter:
+            return BACKENDS  # llguidance was tried first (XGrammar's grammar is stricter here)
+        return BACKENDS if self.backend is None else BACKENDS[:BACKENDS.index(self.backend) + 1]
+
+    def problems_of(self, backend: Backend) -> tuple[Problem, ...]:
+        return self.xgrammar_problems if backend == "xgrammar" else self.llguidance_problems
+
+    @property
+    def problems(self) -> tuple[Problem, ...]:
+        """The problems of every backend tried and not chosen (all of them: none exact)."""
+        return tuple(p for b in self.tried if b != self.backend for p in self.problems_of(b))
+
+    def refusal(self) -> str:
+        """The 400 message of a strict request: every keyword, pointer and backend tried."""
+        listed = "; ".join(p.message() for p in self.problems)
+        return (f"This schema cannot be enforced exactly by any grammar backend (tried {', '.join(self.tried)}): "
+                f"{listed}. Remove or rewrite these keywords, or set strict to false to have the output "
+                "validated after generation.")
+
+    @property
+    def stricter(self) -> tuple[Problem, ...]:
+        """Where the chosen grammar is stricter than the schema (XGrammar chosen when llguidance is not exact)."""
+        return self.xgrammar_stricter if self.backend == "xgrammar" else ()
+
+    def report(self) -> dict[str, Any]:
+        """The JSON form the schema check returns."""
+        return {"backend": self.backend, "exact": self.exact, "tried": list(self.tried),
+                "problems": [p.as_dict() for p in self.problems], "stricter": [p.as_dict() for p in self.stricter]}
+
+
+_MEMO: BoundedLRU[str, SchemaDecision] = BoundedLRU(max_entries=1024, max_chars=32 << 20)
+
+
+def decide_schema(schema: dict[str, Any], *, guidance: bool = True) -> SchemaDecision:
+    """The decision for ``schema`` (a dict, already meta-validated). ``guidance`` False: the
+    engine has no llguidance (only XGrammar is tried). Remembered per process (bounded)."""
+    key = ("g" if guidance else "x") + json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    found = _MEMO.get(key)
+    if found is None:
+        found = _decide(schema, guidance=guidance)
+        _MEMO.put(key, found)
+    return found
+
+
+def _decide(schema: dict[str, Any], *, guidance: bool) -> SchemaDecision:
+    normal = normalize_schema(schema)
+    x_schema = xgrammar_form(copy.deepcopy(normal))
+    report = analyze_schema(x_schema, strict_mode=True)
+    xg = [Problem("xgrammar", e.keyword, e.pointer, e.note or e.level.lower()) for e in report.entries
+          if e.level in ("LOOSE", "REJECTED")]
+    conversion = _xgrammar_conversion_problem(x_schema)
+    if conversion:
+        xg.append(Problem("xgrammar", "schema", "", conversion))
+    ll = (_llguidance_problems(normal, report.entries) if guidance
+          else [Problem("llguidance", "schema", "", "this engine runs XGrammar only")])
+    stricter = _xgrammar_incomplete(x_schema) if not xg else []
+    # XGrammar when exact and complete; else llguidance when exact; else XGrammar when exact but
+    # stricter than the schema (every output still valid; some valid documents not writable).
+    order: list[tuple[Backend, bool]] = [("xgrammar", not xg and not stricter), ("llguidance", not ll),
+                                         ("xgrammar", not xg)]
+    backend: Backend | None = next((b for b, ok in order if ok and b in BACKENDS), None)
+    return SchemaDecision(backend, normal, x_schema, tuple(ll), tuple(xg), tuple(report.entries),
+                          tuple(stricter))
+
+
+_ANY = "XGrammar's any-value grammar cannot write every JSON value (arrays of several values, for one)"
+
+
+def _xgrammar_incomplete(schema: dict[str, Any]) -> list[Problem]:
+    """Where XGrammar's grammar is stricter than ``schema`` (its form from :func:`xgrammar_form`):
+    valid documents it cannot write. Measured on MaskBench's dev half: a value that may be any
+    JSON (``{}``, ``true``, an object open to other properties, an array with untyped items), and
+    an unanchored ``pattern`` (matched whole, not searched)."""
+
+    out: list[Problem] = []
+    for pointer, node in _pointed(schema):
+        if isinstance(node, bool) or not (node.keys() - _NO_CONSTRAINT):
+            if node is not False:
+                out.append(Problem("xgrammar", "true" if node is True else "{}", pointer, _ANY))
+            continue
+        if node.get("additionalProperties") is True or isinstance(node.get("additionalProperties"), dict) and \
+                not (node["additionalProperties"].keys() - _NO_CONSTRAINT):
+            out.append(Problem("xgrammar", "additionalProperties", pointer, "other properties may hold any value: " + _ANY))
+        if node.get("items") is True:
+            out.append(Problem("xgrammar", "items", pointer, "items may be any value: " + _ANY))
+        pattern = node.get("pattern")
+        if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
+            out.append(Problem("xgrammar", "pattern", pointer, "an unanchored pattern is matched whole, not searched"))
+    return out
+
+
+_NO_CONSTRAINT = frozenset({"$id", "$schema", "$comment", "$anchor", "title", "description", "examples", "default",
+                            "deprecated", "readOnly", "writeOnly", "format"})
+
+
+def _pointed(schema: Any, pointer: str = "") -> list[tuple[str, Any]]:
+    """Every subschema with its JSON pointer (``$defs`` included), iteratively."""
+    from server.structured.schema_refs import escape_token
+
+    out: list[tuple[str, Any]] = []
+    stack: list[tuple[str, Any]] = [(pointer, schema)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, bool):
+            out.append((where, node))
+            continue
+        if not isinstance(node, dict):
+            continue
+        out.append((where, node))
+        for k in ("additionalProperties", "items", "not", "if", "then", "else", "contains", "propertyNames",
+                  "unevaluatedProperties", "unevaluatedItems", "additionalItems"):
+            if isinstance(node.get(k), dict):
+                stack.append((f"{where}/{k}", node[k]))
+        for k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+            if isinstance(node.get(k), dict):
+                stack.extend((f"{where}/{k}/{escape_token(n)}", sub) for n, sub in node[k].items())
+        for k in ("allOf", "anyOf", "oneOf", "prefixItems", "items"):
+            if isinstance(node.get(k), list):
+                stack.extend((f"{where}/{k}/{i}", sub) for i, sub in enumerate(node[k]))
+    return out
+
+
+def xgrammar_form(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with the defaults XGrammar's ``strict_mode`` would change spelled out: an object
+    schema without ``additionalProperties`` (nor ``unevaluatedProperties`` / ``patternProperties``)
+    allows any other property, and ``prefixItems`` without ``items`` any further item.
+    ``schema`` is normalised (a private copy): changed in place and returned."""
+    from server.structured.schema_support import walk_schemas
+
+    for node in walk_schemas(schema):
+        if _is_object_schema(node) and not ({"additionalProperties", "unevaluatedProperties", "patternProperties",
+                                             "$ref"} & node.keys()):
+            node["additionalProperties"] = True
+        if "prefixItems" in node and not ({"items", "unevaluatedItems", "$ref"} & node.keys()):
+            node["items"] = True
+    return schema
+
+
+def _is_object_schema(node: dict[str, Any]) -> bool:
+    t = node.get("type")
+    return t == "object" or (isinstance(t, list) and "object" in t) or ("properties" in node and t is None)
+
+
+# --- llguidance ------------------------------------------------------------------------------
+
+_UNIMPLEMENTED = re.compile(r'Unimplemented keys: \[([^\]]*)\]')
+_NAMED = re.compile(r"\b(oneOf|allOf|anyOf|pattern|format|minLength|maxLength|multipleOf|minimum|maximum|"
+                    r"exclusiveMinimum|exclusiveMaximum|minItems|maxItems|minProperties|maxProperties|enum|const|"
+                    r"\$ref|required|properties|additionalProperties|patternProperties|items|prefixItems)\b")
+
+
+def _llguidance_problems(schema: dict[str, Any], uses: list[KeywordUse]) -> list[Problem]:
+    """Why llguidance is not exact on ``schema`` (empty: it is): its error, or any warning."""
+    try:
+        import llguidance as llg
+    except ImportError:  # pragma: no cover - shipped with vLLM; without it only XGrammar is tried
+        return [Problem("llguidance", "schema", "", "llguidance is not installed")]
+    try:
+        grammar = llg.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema, ensure_ascii=False), defaults={"whitespace_flexible": False})
+        is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar)
+    except Exception as exc:  # noqa: BLE001 - llguidance's converter reports a bad schema this way
+        is_error, messages = True, [str(exc)]
+    if not messages:
+        return []
+    out: list[Problem] = []
+    for text in messages[:1] if is_error else messages:
+        out.extend(_locate(text.strip(), uses))
+    return out
+
+
+def _locate(text: str, uses: list[KeywordUse]) -> list[Problem]:
+    """Problems for one llguidance message, at the pointers where its keywords are used."""
+    note = text.splitlines()[0][:300] if text else "refused"
+    unimplemented = _UNIMPLEMENTED.search(text)
+    if unimplemented:
+        keywords = [k.strip().strip('"') for k in unimplemented.group(1).split(",") if k.strip()]
+    else:
+        keywords = list(dict.fromkeys(_NAMED.findall(text)))[:1]
+    found = [Problem("llguidance", u.keyword, u.pointer, note) for u in uses if u.keyword in keywords]
+    if found:
+        return found
+    return [Problem("llguidance", keywords[0] if keywords else "schema", "", note)]
+
+
+def _xgrammar_conversion_problem(schema: dict[str, Any]) -> str | None:
+    """XGrammar's own refusal to convert ``schema`` (e.g. a construct it cannot compile)."""
+    import xgrammar as xgr
+
+    from server.structured.constraints import _xgr_message
+
+    try:
+        xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=True)
+    except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError with its reason
+        return f"cannot be compiled: {_xgr_message(exc)}"
+    return None
