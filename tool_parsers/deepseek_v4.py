@@ -41,8 +41,8 @@ from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value
 from .base import CallFormat, ModelFamily, ToolCallPart
 
-__all__ = ["DSML", "Dialect", "DIALECTS", "DsmlCallFormat", "DsmlToolParser", "DeepSeekV32ToolParser", "DeepSeekV41ToolParser", "dsml_value", "dsml_call",
-           "FAMILIES"]
+__all__ = ["DSML", "Dialect", "DIALECTS", "DsmlCallFormat", "DsmlToolParser", "DeepSeekV32ToolParser",
+           "DeepSeekV41ToolParser", "dsml_value", "dsml_call", "FAMILIES"]
 
 DSML = "｜DSML｜"
 _NAME_END = '">'

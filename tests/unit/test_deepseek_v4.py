@@ -140,7 +140,7 @@ def test_string_values_stream_as_they_are_written() -> None:
     text = _in("deepseek_v4", "raw_string_keeps_markup_quotes_and_newlines")
     seen = [parser.parse(text[:i], final=False).tool_calls for i in range(len(text) + 1)]
     args = [calls[0].arguments for calls in seen if calls]
-    assert all(b.startswith(a) for a, b in zip(args, args[1:]))  # arguments only grow
+    assert all(b.startswith(a) for a, b in zip(args, args[1:], strict=False))  # arguments only grow
     assert len(set(args)) > 10  # the value streams before its close tag
 
 
@@ -190,13 +190,15 @@ def _deepseek_render(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
 WEATHER = TOOLS["get_weather"]
 CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather",
                                                          "arguments": '{"location": "Paris", "count": 3, "x": [1, "a"]}'}}
-CONVERSATIONS = [
+CONVERSATIONS: list[list[dict[str, Any]]] = [
     [{"role": "user", "content": "Hi"}],
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
      {"role": "assistant", "content": "Hello", "reasoning_content": "greet"}, {"role": "user", "content": "Weather?"}],
     [{"role": "user", "content": "Weather in Paris?"},
-     {"role": "assistant", "content": None, "reasoning_content": "need the tool", "tool_calls": [CALL, {**CALL, "id": "call_2"}]},
-     {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, {"role": "tool", "tool_call_id": "call_2", "content": "rain"}],
+     {"role": "assistant", "content": None, "reasoning_content": "need the tool",
+      "tool_calls": [CALL, {**CALL, "id": "call_2"}]},
+     {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+     {"role": "tool", "tool_call_id": "call_2", "content": "rain"}],
     [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "Checking.", "tool_calls": [CALL]},
      {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}, {"role": "user", "content": "And tomorrow?"}],
 ]
@@ -224,7 +226,8 @@ E2E_TOOLS = [WEATHER, TOOLS["search"], TOOLS["get_time"]]
 SECTION = ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n'
            '<｜DSML｜parameter name="location" string="true">Paris</｜DSML｜parameter>\n'
            '<｜DSML｜parameter name="count" string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n')
-SEARCH = '<｜DSML｜invoke name="search">\n<｜DSML｜parameter name="query" string="true">rain</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+SEARCH = ('<｜DSML｜invoke name="search">\n<｜DSML｜parameter name="query" string="true">rain</｜DSML｜parameter>\n'
+          '</｜DSML｜invoke>\n')
 END = "</｜DSML｜tool_calls>"
 WANT = [("get_weather", {"location": "Paris", "count": 3})]
 
@@ -232,7 +235,8 @@ WANT = [("get_weather", {"location": "Paris", "count": 3})]
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("choice", ["auto", "required", "named", "parallel"])
 def test_end_to_end_through_the_template_and_fake_engine(app: Any, grammar_cache: Any, stream: bool, choice: str) -> None:
-    text = {"auto": "Let me check.\n\n" + SECTION + END, "parallel": "\n\n" + SECTION + SEARCH + END}.get(choice, "\n\n" + SECTION + END)
+    text = {"auto": "Let me check.\n\n" + SECTION + END,
+            "parallel": "\n\n" + SECTION + SEARCH + END}.get(choice, "\n\n" + SECTION + END)
     tool_choice = {"named": {"type": "function", "function": {"name": "get_weather"}}, "parallel": "required"}.get(choice, choice)
     built = app(fc.pieces(text))
     body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": E2E_TOOLS, "tool_choice": tool_choice,
