@@ -74,7 +74,8 @@ class SectionToolParser(BlockToolParser):
     """A section (``start`` .. ``end``) of calls, each ``call_open`` + header + JSON arguments +
     closing text (DeepSeek, Kimi K2). A family reads its header (:meth:`_header`). A section
     the text cuts off keeps the calls it completed; no ``end`` after complete calls at the
-    final parse still leaves them calls."""
+    final parse still leaves them calls. A section opener repeated inside the section (DeepSeek
+    V3.1 writes ``<｜tool▁calls▁begin｜>`` again before its second call) is skipped."""
 
     call_open: ClassVar[str]
 
@@ -104,7 +105,10 @@ class SectionToolParser(BlockToolParser):
                 if not calls:
                     raise JsonError("a tool-call section without calls", p)
                 return calls, p + len(self.end)
-            elif not final and (self.call_open.startswith(text[p:]) or self.end.startswith(text[p:])):
+            elif text.startswith(self.start, p):
+                p += len(self.start)  # the opener again, before the next call: the section goes on
+            elif not final and (self.call_open.startswith(text[p:]) or self.end.startswith(text[p:])
+                                or self.start.startswith(text[p:])):
                 return calls or [ToolCallPart(None, "", False)], None
             elif calls and p >= len(text):
                 return calls, p  # no closing marker at the end: the calls still stand

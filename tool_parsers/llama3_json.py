@@ -7,11 +7,12 @@ the output (with the tag or a bare ``{``) or follow text behind a ``<|python_tag
 after text is content, and so is text behind a tag that opens no call (the tag dropped).
 
 Which objects are calls: an object is a call only if it has a string ``"name"`` and a
-``"parameters"``/``"arguments"`` key. ``{"name": "f"}`` alone is content (upstream vLLM
-behaviour: a JSON answer such as ``{"name": "Bob"}`` must not turn into a call), and an
-object whose first key is neither is content as soon as that key is read. The name is
-only reported once the parameters key has started, so nothing is streamed before the
-object is known to be a call.
+``"parameters"``/``"arguments"`` key, in any order, beside any other keys (Meta's documented
+Llama 3.1 output starts with ``"type": "function"``). ``{"name": "f"}`` alone is content
+(upstream vLLM behaviour: a JSON answer such as ``{"name": "Bob"}`` must not turn into a call),
+and an object whose first key is none of these (nor ``"type"``) is content as soon as that key
+is read. The name is only reported once the parameters key has started, so nothing is streamed
+before the object is known to be a call.
 
 Malformed calls: invalid JSON makes the text from that object up to the next
 ``<|python_tag|>`` content (parsing resumes at the tag; without one, up to the end), and
@@ -29,7 +30,7 @@ from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
 
 __all__ = ["Llama3JsonToolParser", "FAMILIES"]
 
-_CALL_KEYS = ("name", "parameters", "arguments")
+_CALL_KEYS = ("name", "parameters", "arguments", "type")  # first keys of an object that may be a call
 _CONTENT = "content"  # resume word: text, not calls (up to a <|python_tag|> that opens one)
 _SEPARATORS = ";,"  # between two calls (Llama writes "; ", some models ", ")
 

@@ -25,10 +25,17 @@ malformed (invalid JSON after the name, or the text ends inside it). Sent deltas
 taken back, so the stream keeps what it sent (the call, with the argument text sent so far)
 and, once the parser says where the malformed region ends (its end marker, or the next call
 marker), parses on after it: later calls and text reach the client as they do non-streamed.
-The text inside that region is not sent. ``FinalMessage.errors`` says "kept as streamed".
-A non-streamed request (``finish(whole_text)`` with nothing fed before) sees the parser's
-final verdict instead: the malformed call's text as content. When nothing of the call was
-sent before it broke, streamed and non-streamed answers are the same.
+The text inside that region is not sent. ``FinalMessage.errors`` says "kept as written".
+
+The rule for a call that breaks or never completes (docs/tool_calling.md, "the rule for an
+unfinished call"): it is kept as far as it was written well. Where a parse first shows a
+malformed region, the stream finds the longest prefix of the text at which the call was still
+open and well formed (a search over prefixes, only when a call breaks) and sends that parse
+first: the call's name and its arguments up to the break, whatever the chunking. If the call
+had a name and its arguments had begun there, it stays in the message (``complete`` False,
+listed in ``FinalMessage.unfinished``); otherwise the parser's verdict stands (its text is
+content). A non-streamed request runs the same steps over the whole text (a non-final parse,
+then the final one), so streamed and non-streamed answers agree under every chunking.
 """
 from __future__ import annotations
 
@@ -121,6 +128,9 @@ class FinalMessage:
     dropped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)  # a looping duplicate call ended the turn
+    # Indexes (into ``tool_calls``) of calls kept as far as they were written: the output ended
+    # inside them, or their arguments broke. Their arguments are a prefix, not JSON to run.
+    unfinished: list[int] = field(default_factory=list)
 
 
 FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
@@ -251,6 +261,7 @@ class MessageStream:
         self._open_arguments = False  # the last call sent is open inside its arguments: see _extend_arguments
         self._arguments_scan = ScanCache()  # the open arguments' JSON scan, resumed token by token
         self._synced = False  # what was sent is the last parse of the whole tail
+        self._headed: set[int] = set()  # malformed regions whose well-formed head was already sent
 
     @property
     def text(self) -> str:
@@ -304,9 +315,11 @@ class MessageStream:
             self._chunks.append(text_delta)
             self._append(text_delta)
         self._finished = True
-        if not self._streaming:  # one parse of the whole text: the parsers' final verdict
+        if not self._streaming:  # the whole text as one chunk: what a stream of it would send
             self._start(self.text)
-        delta = self._advance(final=True)
+        # The text as a stream sees it (a call the text ends inside is open), then the final
+        # verdict: a call the final parse rejects only because the text ended stays as written.
+        delta = _merge(self._advance(final=False), self._advance(final=True))
         # A call the stream could not complete (see module docstring) still ends as
         # valid-looking "{}" when no argument text was sent at all.
         first = len(self._done.calls)
@@ -326,11 +339,8 @@ class MessageStream:
     def final_message(self) -> FinalMessage:
         """The whole message; equal to the concatenation of every delta returned."""
         sent = self.parsed
-        calls = [
-            FinalToolCall(sent.tool_call_ids[i], call.name, call.arguments or "{}")
-            for i, call in enumerate(sent.tool_calls)
-            if call.name is not None
-        ]
+        named = [(i, call) for i, call in enumerate(sent.tool_calls) if call.name is not None]
+        calls = [FinalToolCall(sent.tool_call_ids[i], call.name or "", call.arguments or "{}") for i, call in named]
         return FinalMessage(
             reasoning=sent.reasoning or None,
             content=sent.content or None,
@@ -338,6 +348,7 @@ class MessageStream:
             dropped=self._done.dropped + list(self._tail_dropped),
             errors=self._done.errors + list(self._tail_errors) + self._stream_errors,
             repeated=[self._repeat] if self._repeat else [],
+            unfinished=[k for k, (_, call) in enumerate(named) if not call.complete],
         )
 
     def _open_call_arguments(self) -> bool:
@@ -390,16 +401,18 @@ class MessageStream:
         self._synced = False  # until this parse is what was sent (see _open_call_arguments)
         if self._frozen and not final:
             return None
+        head: MessageDelta | None = None  # what broken calls' well-formed heads added
         for _ in range(100):  # each retry starts after another malformed call
             current, checkpoint = self._parse(final=final)
             if self._frozen:
-                return None
+                return head
+            head = _merge(head, self._head_of_broken_call())
             try:
                 delta = compute_deltas(self._sent, current, first_index=len(self._done.calls))
             except StreamRetractionError as exc:
                 if self._resume_after_malformed(exc, final=final):
                     continue
-                return None
+                return head
             self._sent, self._synced = current, True
             self._sent_errors = len(self._tail_errors)
             if self._bad or self._known_bad:
@@ -410,8 +423,50 @@ class MessageStream:
                 self._reasoning_text, self._inside = self._reasoning_text[self._reasoning_settled :], True
             elif checkpoint is not None and checkpoint[0].pos >= _SETTLE_AFTER and self._repeat is None:
                 self._settle(*checkpoint)
-            return delta
+            return _merge(head, delta)
         raise RuntimeError("too many malformed tool calls in one step")
+
+    def _head_of_broken_call(self) -> MessageDelta | None:
+        """When the last parse shows a malformed region not seen before, send what the text held
+        up to where the call broke (the longest prefix whose non-final parse does not show the
+        region): its name and its arguments so far, if they had begun. So a stream sends the same
+        head of a broken call whatever its chunking, and a non-streamed answer the same again.
+        A search over prefixes (about log2 of the tail's length parses), only when a call breaks."""
+        region = next((r for r in self._bad if r[0] not in self._known_bad and r[0] not in self._headed), None)
+        if region is None or self._tool_parser is None or self._in_reasoning:
+            return None
+        start, tail = region[0], self._tail
+        self._headed.add(start)
+        lo, hi = start, len(tail)  # not broken at lo; broken at hi unless the text only ended inside it
+        if self._broken_at(hi, start):
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self._broken_at(mid, start):
+                    hi = mid
+                else:
+                    lo = mid
+        else:
+            lo = hi
+        head, _ = self._tool_view(tail[:lo], final=False)
+        calls = head.tool_calls
+        if not calls or calls[-1].complete or len(calls) < len(self._sent.tool_calls):
+            return None  # the call broke before its name and arguments could be sent: the verdict stands
+        try:
+            delta = compute_deltas(self._sent, head, first_index=len(self._done.calls))
+        except StreamRetractionError:
+            return None
+        self._sent = head  # (not synced: the parse of the whole tail still differs)
+        return delta
+
+    def _broken_at(self, end: int, start: int) -> bool:
+        """Whether the non-final parse of ``tail[:end]`` shows the malformed region at ``start``."""
+        assert self._tool_parser is not None
+        text = self._tail[:end]
+        if self._resume is None:
+            result = self._tool_parser.parse(text, final=False)
+        else:
+            result = self._tool_parser.parse(text, final=False, resume=self._resume)
+        return any(s == start for s, _ in result.malformed)
 
     def _parse(self, *, final: bool) -> tuple[Parsed, tuple[Checkpoint, int, tuple[str, ...]] | None]:
         """The parse of the text after the checkpoint, and the tool parser's new checkpoint
@@ -424,18 +479,28 @@ class MessageStream:
                 self._reasoning_settled = settled
                 return Parsed(reasoning, ""), None
             self._in_reasoning, self._reasoning, self._tail, self._grown = False, reasoning, rest, False
-        reasoning = self._reasoning
         if self._tool_parser is None:
             n = len(self._tail)
-            return Parsed(reasoning, self._tail), (Checkpoint(n, n, 0, 0), 0, ()) if n >= _SETTLE_AFTER else None
+            return Parsed(self._reasoning, self._tail), (Checkpoint(n, n, 0, 0), 0, ()) if n >= _SETTLE_AFTER else None
         with self._scan_cache.active(grown=self._grown):
-            if self._resume is None:  # (a parser without checkpoints need not know ``resume``)
-                result = self._tool_parser.parse(self._tail, final=final)
-            else:
-                result = self._tool_parser.parse(self._tail, final=final, resume=self._resume)
+            parsed, cp = self._tool_view(self._tail, final=final, record=True)
         self._grown = False
-        self._tail_errors = result.errors
-        self._bad = result.malformed
+        return parsed, cp
+
+    def _tool_view(self, text: str, *, final: bool, record: bool = False,
+                   ) -> tuple[Parsed, tuple[Checkpoint, int, tuple[str, ...]] | None]:
+        """The tool parser's parse of ``text`` (the tail, or a prefix of it), filtered as the
+        client sees it: calls named, allowed and not repeats, with their ids. ``record``: it is
+        the parse of the whole tail (its errors, malformed regions and dropped calls are kept)."""
+        assert self._tool_parser is not None
+        reasoning = self._reasoning
+        if self._resume is None:  # (a parser without checkpoints need not know ``resume``)
+            result = self._tool_parser.parse(text, final=final)
+        else:
+            result = self._tool_parser.parse(text, final=final, resume=self._resume)
+        if record:
+            self._tail_errors = result.errors
+            self._bad = result.malformed
         kept: list[ToolCallPart] = []
         dropped: list[str] = []
         cp = result.checkpoint
@@ -459,7 +524,8 @@ class MessageStream:
         else:
             if cp is not None and cp.calls == len(result.tool_calls):
                 settled_kept, settled_dropped = len(kept), len(dropped)
-        self._tail_dropped = tuple(dropped)
+        if record:
+            self._tail_dropped = tuple(dropped)
         first = len(self._done.calls)
         if self._guard:
             kept = self._without_repeats(self._done.calls + kept)[first:]
@@ -490,6 +556,7 @@ class MessageStream:
                             sent.tool_call_ids[calls:])
         self._tail, self._resume = self._tail[cp.pos :], cp.resume
         self._known_bad = frozenset(start - cp.pos for start, _ in self._bad if start >= cp.pos)
+        self._headed = {start - cp.pos for start in self._headed if start >= cp.pos}
         self._scan_cache.clear()
 
     def _resume_after_malformed(self, exc: StreamRetractionError, *, final: bool) -> bool:
@@ -500,7 +567,12 @@ class MessageStream:
             return False  # the region is still open: nothing after it to send yet
         if region is None or region[1] is None:
             self._frozen = True
-            self._stream_errors.append(f"stopped streaming: {exc}")
+            if final and self._tail_errors and len(self._tail_errors) > self._sent_errors:
+                # the output ended inside the call: one error for it, the call kept as written
+                last = self._tail_errors[-1].replace("kept as content", "kept as written")
+                self._tail_errors = self._tail_errors[:-1] + (f"{last} (the output ended inside it)",)
+            else:
+                self._stream_errors.append(f"stopped streaming: {exc}")
             return False
         sent, done = self._sent, self._done
         done.reasoning.append(sent.reasoning)
@@ -511,9 +583,9 @@ class MessageStream:
         # so each malformed call is still one error; later ones come again from the next parse.
         n = self._sent_errors
         errors = list(self._tail_errors[: n + 1])
-        note = f"a tool call was partly streamed before it broke ({exc}): kept as streamed, parsing resumed after it"
+        note = f"the call is kept as far as it was written well ({exc}), parsing resumed after it"
         if len(errors) > n:
-            errors[n] += f"; {note}"
+            errors[n] = f"{errors[n].replace('kept as content', 'kept as written')}; {note}"
         else:
             errors.append(note)
         done.errors.extend(errors)
@@ -522,6 +594,7 @@ class MessageStream:
         self._sent = Parsed("", "")
         self._tail, self._resume = self._tail[region[1] :], AFTER_CALL
         self._known_bad = frozenset()
+        self._headed = set()
         self._scan_cache.clear()
         return True
 
@@ -543,6 +616,14 @@ class MessageStream:
                 return calls[:i]
             seen.append((call.name or "", args))
         return calls
+
+
+def _merge(a: MessageDelta | None, b: MessageDelta | None) -> MessageDelta | None:
+    """One delta that adds what ``a`` then ``b`` add."""
+    if a is None or b is None:
+        return a if b is None else b
+    return MessageDelta(((a.reasoning or "") + (b.reasoning or "")) or None,
+                        ((a.content or "") + (b.content or "")) or None, a.tool_calls + b.tool_calls)
 
 
 def _apply(sent: Parsed, delta: MessageDelta, first: int) -> Parsed:

@@ -90,10 +90,13 @@ def opening(body: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def finish_reason(final: FinalMessage, *, length: bool = False, legacy: bool = False) -> str:
-    """``length`` when the token budget cut the answer (calls completed before it still
-    return), else ``tool_calls`` (``function_call`` for the legacy API) with calls, ``stop`` without."""
+    """The one rule, streamed or not: ``length`` when the token budget cut the answer (calls
+    completed before it still return); ``tool_calls`` (``function_call`` for the legacy API)
+    when every returned call is complete; ``stop`` otherwise: no calls, or a call the output
+    ended inside or whose arguments broke (``final.unfinished``), so a client that runs calls
+    on ``tool_calls`` never runs a half-written one (docs/tool_calling.md)."""
     if length:
         return "length"
-    if not final.tool_calls:
+    if not final.tool_calls or final.unfinished:
         return "stop"
     return "function_call" if legacy else "tool_calls"

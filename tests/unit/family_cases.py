@@ -12,9 +12,10 @@ from tests.unit._front import CHAT, events, stream_raw
 from tests.unit.parser_contract import TESTDATA, check_agree, chunkings, run_nonstream, run_stream, same_text
 from tool_parsers import get_tool_parser
 from tool_parsers.message_stream import FinalMessage, MessageStream
+from tool_parsers.openai_message import finish_reason
 from tool_parsers.replay import tool_schemas
 
-__all__ = ["load_family", "family_data", "check_case", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
+__all__ = ["load_family", "family_data", "check_case", "call_view", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
            "answer_and_prompt", "reply_message", "structural_tag_accepts", "weather_history", "TEMPLATES"]
 
 
@@ -29,10 +30,24 @@ def family_data(name: str) -> tuple[dict[str, Any], dict[str, str], dict[str, An
     return (data, {c["id"]: c["model_output"] for c in data["cases"]}, {c["id"]: c["expect"] for c in data["cases"]})
 
 
+def call_view(final: FinalMessage) -> list[dict[str, Any]]:
+    """The message's calls as a case file writes them: ``arguments`` as JSON, except a call kept
+    as far as it was written (``final.unfinished``): ``arguments_text``, the text, and ``unfinished``."""
+    out: list[dict[str, Any]] = []
+    for i, c in enumerate(final.tool_calls):
+        if i in final.unfinished:
+            out.append({"name": c.name, "arguments_text": c.arguments, "unfinished": True})
+        else:
+            out.append({"name": c.name, "arguments": json.loads(c.arguments)})
+    return out
+
+
 def _expect(final: FinalMessage, expect: dict[str, Any], where: str) -> None:
-    got = [(c.name, json.loads(c.arguments)) for c in final.tool_calls]
-    want = [(c["name"], c["arguments"]) for c in expect["tool_calls"]]
-    assert got == want, where
+    keys = ("name", "arguments", "arguments_text", "unfinished")  # (a case may note more about a call)
+    want = [{k: c[k] for k in keys if k in c} for c in expect["tool_calls"]]
+    assert call_view(final) == want, (where, call_view(final))
+    if "finish_reason" in expect:  # the engine not having cut the output (length: always "length")
+        assert finish_reason(final) == expect["finish_reason"], where
     if "content" in expect:
         assert same_text(final.content, expect["content"]), (where, final.content, expect["content"])
     if "reasoning" in expect:
@@ -58,9 +73,8 @@ def check_case(parser: str, data: dict[str, Any], case: dict[str, Any], *, reaso
     _expect(whole, case["expect"], "non-streamed")
     for how, chunks in chunkings(text).items():
         streamed = run_stream(make, chunks, markers=markers)  # the delta rules hold in every case
-        if not case.get("stream_differs"):  # (a call cut after it was partly sent stays as sent)
-            _expect(streamed, case["expect"], how)
-            check_agree(streamed, whole)
+        _expect(streamed, case["expect"], how)
+        check_agree(streamed, whole)  # content, reasoning, calls and finish_reason
 
 
 def grammar_accepts(parser: str, tools: list[dict[str, Any]], text: str, *, tool_choice: Any = "auto",

@@ -15,6 +15,7 @@ from typing import Any
 
 from tests.testdata import testdata_root
 from tool_parsers.message_stream import FinalMessage, MessageDelta, MessageStream
+from tool_parsers.openai_message import finish_reason
 
 __all__ = [
     "TESTDATA",
@@ -174,13 +175,17 @@ def run_stream(make: StreamFactory, chunks: Sequence[str], *, markers: Iterable[
 
 
 def check_agree(a: FinalMessage, b: FinalMessage) -> None:
-    """Two runs of the same text give the same message (ids aside)."""
+    """Two runs of the same text give the same message (ids aside) and end the same way: the
+    server's one ``finish_reason`` rule, whether or not the engine cut the output."""
     assert same_text(a.reasoning, b.reasoning), (a.reasoning, b.reasoning)
     assert same_text(a.content, b.content), (a.content, b.content)
     assert [(c.name, c.arguments) for c in a.tool_calls] == [
         (c.name, c.arguments) for c in b.tool_calls
     ]
     assert a.dropped == b.dropped
+    assert a.unfinished == b.unfinished, (a.unfinished, b.unfinished)
+    for length in (False, True):
+        assert finish_reason(a, length=length) == finish_reason(b, length=length)
 
 
 def checkpoint_checks(parser: Any, texts: Iterable[str]) -> int:

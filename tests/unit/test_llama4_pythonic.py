@@ -258,8 +258,7 @@ def test_random_outputs_stream_as_they_parse_whole(monkeypatch: pytest.MonkeyPat
         for chunks in chunkings(text).values():
             final = run_stream(make, chunks)
             assert not any("stopped streaming" in e for e in final.errors), (text, final.errors)
-            if not any("kept as streamed" in e for e in final.errors):
-                check_agree(final, whole)
+            check_agree(final, whole)  # a broken call too: kept as far as it was written, in both
 
 
 def test_checkpoints_hold_for_every_continuation() -> None:
