@@ -29,6 +29,11 @@ def _output(family: str, *, reasoning: bool) -> str:
     elif f.arguments_style == "glm_xml":  # arguments as <arg_key>/<arg_value> pairs
         calls = [(n, "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in json.loads(a).items()))
                  for n, a in CALLS]
+    elif f.arguments_style in ("deepseek_xml", "deepseek_v4_1_xml"):  # DSML parameters: raw strings, else JSON
+        tag = "｜DSML｜ parameter" if f.arguments_style == "deepseek_v4_1_xml" else "｜DSML｜parameter"
+        calls = [(n, "".join(f'<{tag} name="{k}" string="{str(isinstance(v, str)).lower()}">'
+                             f'{v if isinstance(v, str) else json.dumps(v)}</{tag}>\n' for k, v in json.loads(a).items()))
+                 for n, a in CALLS]
     elif f.arguments_style == "pythonic":  # keyword arguments, values as Python literals
         calls = [(n, ", ".join(f"{k}={json.dumps(v)}" for k, v in json.loads(a).items())) for n, a in CALLS]
     else:
