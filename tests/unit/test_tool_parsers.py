@@ -114,6 +114,25 @@ def test_no_silent_skips() -> None:
     assert len(CASES) >= 25
 
 
+def test_every_case_file_runs_streamed_and_whole_with_no_exceptions() -> None:
+    """Every parser case in the repo runs non-streamed and under every chunking, asserting the two
+    agree on content, reasoning, calls and finish_reason (``parser_contract.check_agree``): cases.json
+    here, defects.json in test_tool_parsers_defects.py, and each family's file through
+    ``family_cases.check_case`` in its own module. No case may opt out (the rule for an unfinished
+    call, docs/tool_calling.md, makes every one agree)."""
+    from pathlib import Path
+
+    from tests.unit.parser_contract import TESTDATA
+
+    modules = "".join(f.read_text(encoding="utf-8") for f in Path(__file__).parent.glob("test_*.py"))
+    for path in sorted((TESTDATA / "parsers").glob("*.json")):
+        cases = json.loads(path.read_text(encoding="utf-8"))["cases"]
+        for case in cases:
+            assert "stream_differs" not in case and "stream_differs" not in case.get("expect", {}), (path.name, case["id"])
+        if path.stem not in ("cases", "defects"):
+            assert f'family_data("{path.stem}")' in modules or f'load_family("{path.stem}")' in modules, path.name
+
+
 # --- our own cases -------------------------------------------------------------------
 
 WEATHER = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
