@@ -122,7 +122,24 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
     if fmt in ("deepseek_v31", "deepseek_v3"):  # the pieces are DeepSeek's whole format
         f = get_tool_parser(fmt).format
         return f.section_begin + "".join(f.call_begin + n + f.name_end + a + f.call_end for n, a in calls) + f.section_end
+    if fmt in ("deepseek_v4", "deepseek_v41", "deepseek_v32"):  # DSML, as DeepSeek V4's encoder writes it
+        from tool_parsers.deepseek_v4 import DIALECTS
+
+        d = DIALECTS[fmt]
+        return d.start + "\n" + "".join(f'{d.call_open}{n}">\n{_dsml_parameters(a, fmt)}{d.call_close}\n'
+                                        for n, a in calls) + d.end
     raise AssertionError(fmt)
+
+
+def _dsml_parameters(arguments: str, fmt: str) -> str:
+    from tool_parsers.deepseek_v4 import DIALECTS
+
+    d = DIALECTS[fmt]
+    values = json.loads(arguments) if arguments.strip().startswith("{") else None
+    if values is None:  # not an object: no DSML form; text the grammar must refuse
+        return arguments
+    return "".join(f'{d.param_open} name="{k}" string="{str(isinstance(v, str)).lower()}">'
+                   f"{v if isinstance(v, str) else json.dumps(v)}{d.param_close}\n" for k, v in values.items())
 
 
 def _xml_parameters(arguments: str) -> str:
