@@ -40,13 +40,23 @@ then the final one), so streamed and non-streamed answers agree under every chun
 from __future__ import annotations
 
 import json
-import secrets
-import string
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._content import AFTER_CALL
+from ._deltas import (
+    FinalMessage,
+    FinalToolCall,
+    MessageDelta,
+    Parsed,
+    StreamRetractionError,
+    ToolCallDelta,
+    apply_delta,
+    compute_deltas,
+    merge_deltas,
+    new_tool_call_id,
+)
 from .base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
 
 if TYPE_CHECKING:  # a type only: reasoning parsers may come to import tool_parsers
@@ -64,125 +74,8 @@ __all__ = [
     "MessageStream",
 ]
 
-_ID_ALPHABET = string.ascii_letters + string.digits
-
-
-def new_tool_call_id() -> str:
-    """``call_`` + 24 random alphanumerics (the shape OpenAI uses)."""
-    return "call_" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(24))
-
-
-@dataclass(slots=True)  # one per parse (per token): as MessageDelta
-class Parsed:
-    """One view of the message: what the client should have seen so far.
-
-    ``tool_calls`` holds only calls that may be streamed (validated names); a call whose
-    name is None may only be last and is not streamed yet. ``tool_call_ids[i]`` is the id
-    of ``tool_calls[i]`` (filled by :class:`MessageStream`).
-    """
-
-    reasoning: str
-    content: str
-    tool_calls: tuple[ToolCallPart, ...] = ()
-    tool_call_ids: tuple[str, ...] = ()
-
-
-@dataclass(slots=True)  # one per streamed argument fragment: as MessageDelta
-class ToolCallDelta:
-    """One ``delta.tool_calls[]`` entry. A header (first for its index) has id and name
-    set and ``arguments == ""``; an argument fragment has both None."""
-
-    index: int
-    id: str | None
-    name: str | None
-    arguments: str
-
-
-@dataclass(slots=True)  # one per streamed token: not frozen, whose __init__ is 4x slower; never changed after
-class MessageDelta:
-    """What one step adds. ``tool_calls`` entries are in emission order; an index may
-    appear twice (its header, then its first fragment): send one SSE chunk per entry to
-    match OpenAI's recorded streams."""
-
-    reasoning: str | None = None
-    content: str | None = None
-    tool_calls: tuple[ToolCallDelta, ...] = ()
-
-
-@dataclass(frozen=True)
-class FinalToolCall:
-    id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
-class FinalMessage:
-    """The assembled message. Empty reasoning/content are None. ``dropped`` explains calls
-    removed because their name is not among the request's tools; ``errors`` explains
-    malformed calls (kept as content, or kept as streamed, see the module docstring)."""
-
-    reasoning: str | None
-    content: str | None
-    tool_calls: list[FinalToolCall]
-    dropped: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    repeated: list[str] = field(default_factory=list)  # a looping duplicate call ended the turn
-    # Indexes (into ``tool_calls``) of calls kept as far as they were written: the output ended
-    # inside them, or their arguments broke. Their arguments are a prefix, not JSON to run.
-    unfinished: list[int] = field(default_factory=list)
-
-
 FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
-
-
-class StreamRetractionError(ValueError):
-    """The new parse contradicts text already sent; deltas cannot express that."""
-
-
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
-_CHECK = 32  # how much of the sent text is compared with the new parse (the rest by length)
-
-
-def _grown(previous: str, current: str, what: str) -> str:
-    # Parsers only extend what they returned (checkpoints keep these strings short); the
-    # tail comparison catches a parse that changed its mind, without re-reading all of it.
-    k = len(previous)
-    if len(current) < k or (k and not current.startswith(previous[-_CHECK:], max(0, k - _CHECK))):
-        raise StreamRetractionError(
-            f"{what} would have to be retracted: sent {previous[-40:]!r}, now {current[-40:]!r}"
-        )
-    return current[k:]
-
-
-def compute_deltas(previous: Parsed, current: Parsed, *, first_index: int = 0) -> MessageDelta | None:
-    """The delta from ``previous`` to ``current`` (None when nothing new). ``first_index``:
-    the OpenAI index of their first call (when both hold only the calls after it).
-
-    Raises :class:`StreamRetractionError` when ``current`` does not extend ``previous``.
-    """
-    reasoning = _grown(previous.reasoning, current.reasoning, "reasoning")
-    content = _grown(previous.content, current.content, "content")
-    sent = [c for c in previous.tool_calls if c.name is not None]
-    now = [c for c in current.tool_calls if c.name is not None]
-    if len(now) < len(sent):
-        raise StreamRetractionError(f"{len(sent) - len(now)} streamed tool call(s) disappeared")
-    deltas: list[ToolCallDelta] = []
-    for index, call in enumerate(now):
-        at = first_index + index
-        if index < len(sent):
-            old = sent[index]
-            if call.name != old.name or current.tool_call_ids[index] != previous.tool_call_ids[index]:
-                raise StreamRetractionError(f"tool call {at} changed from {old.name!r} to {call.name!r}")
-            fragment = _grown(old.arguments, call.arguments, f"arguments of tool call {at}")
-        else:
-            deltas.append(ToolCallDelta(at, current.tool_call_ids[index], call.name, ""))
-            fragment = call.arguments
-        if fragment:
-            deltas.append(ToolCallDelta(at, None, None, fragment))
-    if not (reasoning or content or deltas):
-        return None
-    return MessageDelta(reasoning or None, content or None, tuple(deltas))
 
 
 @dataclass
@@ -319,7 +212,7 @@ class MessageStream:
             self._start(self.text)
         # The text as a stream sees it (a call the text ends inside is open), then the final
         # verdict: a call the final parse rejects only because the text ended stays as written.
-        delta = _merge(self._advance(final=False), self._advance(final=True))
+        delta = merge_deltas(self._advance(final=False), self._advance(final=True))
         # A call the stream could not complete (see module docstring) still ends as
         # valid-looking "{}" when no argument text was sent at all.
         first = len(self._done.calls)
@@ -330,7 +223,7 @@ class MessageStream:
         )
         if closing:
             extra = MessageDelta(tool_calls=closing)
-            self._sent = _apply(self._sent, extra, first)
+            self._sent = apply_delta(self._sent, extra, first)
             if delta is None:
                 return extra
             return MessageDelta(delta.reasoning, delta.content, delta.tool_calls + closing)
@@ -406,7 +299,7 @@ class MessageStream:
             current, checkpoint = self._parse(final=final)
             if self._frozen:
                 return head
-            head = _merge(head, self._head_of_broken_call())
+            head = merge_deltas(head, self._head_of_broken_call())
             try:
                 delta = compute_deltas(self._sent, current, first_index=len(self._done.calls))
             except StreamRetractionError as exc:
@@ -423,7 +316,7 @@ class MessageStream:
                 self._reasoning_text, self._inside = self._reasoning_text[self._reasoning_settled :], True
             elif checkpoint is not None and checkpoint[0].pos >= _SETTLE_AFTER and self._repeat is None:
                 self._settle(*checkpoint)
-            return _merge(head, delta)
+            return merge_deltas(head, delta)
         raise RuntimeError("too many malformed tool calls in one step")
 
     def _head_of_broken_call(self) -> MessageDelta | None:
@@ -616,24 +509,6 @@ class MessageStream:
                 return calls[:i]
             seen.append((call.name or "", args))
         return calls
-
-
-def _merge(a: MessageDelta | None, b: MessageDelta | None) -> MessageDelta | None:
-    """One delta that adds what ``a`` then ``b`` add."""
-    if a is None or b is None:
-        return a if b is None else b
-    return MessageDelta(((a.reasoning or "") + (b.reasoning or "")) or None,
-                        ((a.content or "") + (b.content or "")) or None, a.tool_calls + b.tool_calls)
-
-
-def _apply(sent: Parsed, delta: MessageDelta, first: int) -> Parsed:
-    """``sent`` with ``delta``'s argument fragments appended (call indices counted from ``first``),
-    so what was sent stays the record of every delta returned."""
-    calls = list(sent.tool_calls)
-    for part in delta.tool_calls:
-        call = calls[part.index - first]
-        calls[part.index - first] = ToolCallPart(call.name, call.arguments + (part.arguments or ""), call.complete)
-    return Parsed(sent.reasoning, sent.content, tuple(calls), sent.tool_call_ids)
 
 
 def _arguments_value(arguments: str) -> object:

@@ -15,7 +15,8 @@ from tool_parsers.message_stream import FinalMessage, MessageStream
 from tool_parsers.openai_message import finish_reason
 from tool_parsers.replay import tool_schemas
 
-__all__ = ["load_family", "family_data", "check_case", "call_view", "grammar_accepts", "family_app", "pieces", "stream_calls", "reply_calls",
+__all__ = ["load_family", "family_data", "check_case", "call_view", "grammar_accepts", "family_app", "pieces", "stream_calls",
+           "reply_calls",
            "answer_and_prompt", "reply_message", "structural_tag_accepts", "weather_history", "TEMPLATES"]
 
 
