@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import signal
 import sys
 import time
@@ -63,8 +64,8 @@ def load(path: Path, *, limit: int | None = None) -> list[dict[str, Any]]:
 
 def subset_of(record_id: str) -> str:
     """The MaskBench subset of a record id (``Github_hard---o1234.json`` -> ``Github_hard``)."""
-    head = record_id.split("---")[0]
-    return head.removesuffix(".json")
+    head = record_id.split("---")[0].removesuffix(".json")
+    return re.sub(r"_\d+$", "", head) if head.startswith(("BFCL", "JME")) else head
 
 
 # --- matchers at string level -----------------------------------------------------------------
@@ -158,8 +159,6 @@ def _request(schema: Any, *, guidance: bool) -> dict[str, Any]:
 
 
 def _refusal_keywords(message: str) -> list[str]:
-    import re
-
     return sorted(set(re.findall(r"(?:^|; |: )(\$?[A-Za-z]+) at /", message)))
 
 

@@ -50,10 +50,17 @@ RUNNING = Gauge("gramserve_requests_running", "Generation requests in flight in 
 WAITING = Gauge("gramserve_requests_waiting", "Generation requests that have no token yet (queued in the engine or "
                 "prefilling).", multiprocess_mode="livesum")
 GRAMMAR_COMPILE = Histogram(
-    "gramserve_grammar_compile_seconds", "Structured-output grammar compile time (cache misses).", buckets=_FAST + (10, 30)
+    "gramserve_grammar_compile_seconds", "Structured-output grammar compile time (cache misses), by the backend "
+    "that enforces it (xgrammar, llguidance).", ["backend"], buckets=_FAST + (10, 30)
 )
-GRAMMAR_CACHE_HITS = Counter("gramserve_grammar_cache_hits", "Compiled grammars served from the cache.")
-GRAMMAR_CACHE_MISSES = Counter("gramserve_grammar_cache_misses", "Grammars compiled because not cached.")
+GRAMMAR_CACHE_HITS = Counter("gramserve_grammar_cache_hits", "Compiled grammars served from the cache, by backend.",
+                             ["backend"])
+GRAMMAR_CACHE_MISSES = Counter("gramserve_grammar_cache_misses", "Grammars compiled because not cached, by backend.",
+                               ["backend"])
+for _backend in ("xgrammar", "llguidance"):  # exported from the start, zero until used
+    GRAMMAR_COMPILE.labels(_backend)
+    GRAMMAR_CACHE_HITS.labels(_backend)
+    GRAMMAR_CACHE_MISSES.labels(_backend)
 TOOL_CALLS = Counter(
     "gramserve_tool_calls", "Parsed tool calls by parser and outcome "
     "(valid, invalid_arguments, unknown_name, unparsed, duplicate).", ["parser", "outcome"]

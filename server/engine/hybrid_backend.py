@@ -50,7 +50,7 @@ def _make_class() -> type:
     from vllm.v1.structured_output.backend_types import StructuredOutputOptions
     from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend
 
-    class HybridBackend(XgrammarBackend):  # type: ignore[misc, valid-type]
+    class HybridBackend(XgrammarBackend):
         """XGrammar for everything, except the JSON schemas marked for llguidance."""
 
         def __post_init__(self) -> None:

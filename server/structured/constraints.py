@@ -195,8 +195,13 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
     """What is wrong with ``schema`` (the text after the parameter name), or None."""
     import jsonschema
 
+    # Against the meta-schema of the draft ``$schema`` names, 4 to 2020-12 (2020-12 when none; draft 3
+    # keywords mean other things, so such a schema is checked as 2020-12).
+    meta = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    if meta is jsonschema.Draft3Validator:
+        meta = jsonschema.Draft202012Validator
     try:
-        jsonschema.Draft202012Validator.check_schema(schema)
+        meta.check_schema(schema)
     except jsonschema.SchemaError as exc:
         where = "/" + "/".join(str(p) for p in exc.path)
         return f"is not a valid JSON Schema at {where}: {exc.message}"

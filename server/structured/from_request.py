@@ -188,10 +188,10 @@ def compile_checked(cache: Any, constraint: Constraint | None) -> Any:
         return None
     result = cache.compile(constraint)
     if result.cached:
-        metrics.GRAMMAR_CACHE_HITS.inc()
+        metrics.GRAMMAR_CACHE_HITS.labels(constraint.backend).inc()
     else:
-        metrics.GRAMMAR_CACHE_MISSES.inc()
-        metrics.GRAMMAR_COMPILE.observe(result.seconds)
+        metrics.GRAMMAR_CACHE_MISSES.labels(constraint.backend).inc()
+        metrics.GRAMMAR_COMPILE.labels(constraint.backend).observe(result.seconds)
     if not result.ok:
         raise bad_request(result.error or "the constraint could not be compiled", code="invalid_constraint")
     return result

@@ -14,8 +14,8 @@ from server.config import Settings
 from server.errors import APIError, validation_error
 from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest
-from server.structured.from_request import BuiltConstraint, checked, schema_request
 from server.structured.constraints import ConstraintError, check_schema
+from server.structured.from_request import BuiltConstraint, checked, schema_request
 from server.structured.schema_plan import SchemaDecision, decide_schema
 from server.structured.spec import Capabilities, constraint_spec
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from server.structured.schema_refs import escape_token, local_validator, resolve_ref
+from server.structured.schema_rewrite import rewrite_schema
 
 __all__ = [
     "EXACT",
@@ -256,6 +257,17 @@ def _enum_covers(values: list[Any], schema: dict[str, Any], keyword: str) -> boo
         return False
 
 
+#: Keywords that assert nothing by themselves beside an applicator (``type`` is intersected).
+_QUIET_SIBLINGS = ANNOTATION_KEYWORDS | {"type", "$defs", "definitions", "format"}
+
+
+def _asserting_siblings(schema: dict[str, Any], keyword: str) -> bool:
+    """Whether ``schema`` asserts more than ``keyword`` (and its type): XGrammar compiles an
+    applicator's branches without the sibling keywords (measured on MaskBench: required beside
+    anyOf, required beside a one-branch allOf)."""
+    return any(k not in _QUIET_SIBLINGS and k != keyword and k in KEYWORD_LEVELS for k in schema)
+
+
 def _type_sets_disjoint(branches: list[Any], root: Any) -> bool:
     seen: list[set[str]] = []
     for b in branches:
@@ -298,6 +310,10 @@ def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple
     if "$ref" in schema and keyword not in ("type", "enum", "const"):
         return LOOSE, "keywords next to $ref are ignored by the grammar"
     values = _enum_values(schema)
+    if keyword == "type" and values is not None and not _enum_covers(values, schema, "type"):
+        return LOOSE, "ignored next to enum/const, and some listed values are not of this type"
+    if keyword in ("allOf", "anyOf", "oneOf") and _asserting_siblings(schema, keyword):
+        return LOOSE, f"keywords beside {keyword} are not intersected with its branches by the grammar"
     if values is not None and keyword not in ("type", "enum", "const"):
         if _enum_covers(values, schema, keyword):
             return EXACT, "every enum/const value satisfies it"
@@ -314,6 +330,8 @@ def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple
     if keyword in ("minLength", "maxLength") and ("pattern" in schema or schema.get("format") in FORMAT_LEVELS):
         return LOOSE, "length limits are ignored when combined with pattern or format"
     if keyword == "pattern":
+        if schema.get("format") in FORMAT_LEVELS:
+            return LOOSE, "a pattern beside a known format is dropped by the grammar"
         problem = _pattern_problem(value) if isinstance(value, str) else "pattern must be a string"
         return (LOOSE, problem) if problem else (level, note)
     if keyword == "format":
@@ -348,6 +366,9 @@ def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple
     if keyword == "patternProperties":
         if value and "properties" in schema:
             return LOOSE, "patternProperties is ignored next to properties"
+        odd = [k for k in value if _pattern_problem(k)] if isinstance(value, dict) else []
+        if odd:
+            return LOOSE, f"patterns the grammar cannot follow: {odd}"
         return level, note
     if keyword in ("unevaluatedProperties", "unevaluatedItems"):
         if value is True:
@@ -535,7 +556,9 @@ def _exact_dates(node: dict[str, Any]) -> None:
 def normalize_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy with the same valid instances, rewritten so more of it is enforced exactly.
 
-    Rewrites (each checked with the matcher by ``evals/schema_keywords.py --normalize``):
+    First the exact rewrites of ``schema_rewrite`` (``not``, ``dependencies``, array-form
+    ``items``, annotation formats, disjoint ``oneOf``). Then (each checked with the matcher by
+    ``evals/schema_keywords.py --normalize``):
     annotations dropped; fractional bounds on integers rounded inwards (they do not compile);
     required names missing from ``properties`` declared there (else not enforced); enum
     values violating sibling keywords removed (siblings of enum are ignored); and
@@ -543,7 +566,11 @@ def normalize_schema(schema: dict[str, Any]) -> dict[str, Any]:
     ``additionalProperties`` / ``items`` (the same meaning there; the former are ignored);
     ``format: date`` / ``date-time`` on strings turned into calendar-exact patterns.
     """
-    out = copy.deepcopy(schema)
+    out = rewrite_schema(schema)  # a copy: not / dependencies / array items / formats / oneOf, exactly
+    if not isinstance(out, dict):  # rewritten to ``false``: nothing valid; let the backends say so
+        out = copy.deepcopy(schema)
+    else:
+        out.pop("$schema", None)  # the rewritten schema reads as 2020-12 (draft 4 bounds, array items, ...)
     for node in list(walk_schemas(out)):
         for k in _DROPPABLE & node.keys():
             node.pop(k)

@@ -1,0 +1,211 @@
+"""Exact rewrites: keywords no grammar compiler takes, spelled in keywords they do take.
+
+Each rewrite keeps the set of valid instances (JSON Schema 2020-12, with format assertion as
+python-jsonschema checks it) and is checked on MaskBench's dev half by ``python -m
+evals.maskbench`` (0 too loose). ``normalize_schema`` applies them, so both backends and the
+per-keyword report see the rewritten schema:
+
+* ``not`` where its complement is a schema: ``not: {not: X}`` is ``X``; ``not: {}`` / ``not: true``
+  is ``false``; ``not: {required: [a, b]}`` is "an object with a or b absent" (``properties: {a: false}``);
+  ``not: {type: T}`` is the other types; ``not: {anyOf: [...]}`` is ``not`` of each branch;
+* ``dependencies`` / ``dependentRequired`` / ``dependentSchemas``: "k absent, or k present and
+  the rest holds" as an ``anyOf`` under ``allOf`` (draft 7's ``dependencies`` is enforced whatever
+  ``$schema`` says: where 2020-12 reads it as an annotation, that is stricter, never looser);
+* draft 4's boolean ``exclusiveMinimum`` / ``exclusiveMaximum`` as the later numeric form;
+* array-form ``items`` with ``additionalItems`` (draft 2019 and older) as ``prefixItems`` /
+  ``items``; ``additionalItems`` beside a single ``items`` schema has no effect;
+* ``format`` values outside JSON Schema's format vocabulary are annotations: dropped;
+* ``oneOf`` whose branches are pairwise disjoint (declared types, or a required property whose
+  ``const`` / ``enum`` values differ) is ``anyOf``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+__all__ = ["rewrite_schema", "ASSERTED_FORMATS"]
+
+#: Formats a 2020-12 validator asserts (its format vocabulary); any other value is an annotation.
+ASSERTED_FORMATS = frozenset({
+    "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6",
+    "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+    "relative-json-pointer", "regex",
+})
+_TYPES = ("null", "boolean", "object", "array", "number", "string")  # integer is inside number
+_NOT_SUBSCHEMA_KEYS = frozenset({"enum", "const", "default", "examples"})  # values, not schemas
+
+
+def rewrite_schema(schema: Any) -> Any:
+    """A rewritten copy of ``schema`` (see the module docstring); anything else is kept as is."""
+    return _rewrite(copy.deepcopy(schema), depth=0)
+
+
+def _rewrite(node: Any, *, depth: int) -> Any:
+    if depth > 200 or not isinstance(node, dict):  # nesting is capped before this runs
+        return node
+    for key, value in list(node.items()):
+        if key in _NOT_SUBSCHEMA_KEYS:
+            continue
+        if isinstance(value, dict):
+            if key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"):
+                node[key] = {k: _rewrite(v, depth=depth + 1) for k, v in value.items()}
+            else:
+                node[key] = _rewrite(value, depth=depth + 1)
+        elif isinstance(value, list) and key in ("allOf", "anyOf", "oneOf", "prefixItems", "items"):
+            node[key] = [_rewrite(v, depth=depth + 1) for v in value]
+    _drop_annotation_formats(node)
+    _draft4_bounds(node)
+    _array_items(node)
+    _dependencies(node)
+    node = _eliminate_not(node)
+    if isinstance(node, dict):
+        _disjoint_one_of(node)
+    return node
+
+
+def _drop_annotation_formats(node: dict[str, Any]) -> None:
+    fmt = node.get("format")
+    if isinstance(fmt, str) and fmt not in ASSERTED_FORMATS:
+        node.pop("format")
+
+
+def _draft4_bounds(node: dict[str, Any]) -> None:
+    """Draft 4: ``exclusiveMinimum: true`` makes ``minimum`` exclusive (later drafts: a number)."""
+    for flag, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = node.get(flag)
+        if isinstance(value, bool):
+            node.pop(flag)
+            if value and bound in node:
+                node[flag] = node.pop(bound)
+
+
+def _array_items(node: dict[str, Any]) -> None:
+    """Draft 2019 and older: ``items: [..]`` is ``prefixItems``, ``additionalItems`` the rest."""
+    items = node.get("items")
+    if isinstance(items, list) and "prefixItems" not in node:
+        node["prefixItems"] = node.pop("items")
+        if "additionalItems" in node:
+            node["items"] = node.pop("additionalItems")
+    elif "additionalItems" in node and not isinstance(items, list):
+        node.pop("additionalItems")  # no effect beside a single items schema, or without items
+
+
+def _absent(name: str) -> dict[str, Any]:
+    return {"properties": {name: False}}
+
+
+def _dependencies(node: dict[str, Any]) -> None:
+    """``dependentRequired`` / ``dependentSchemas`` (and draft 7's ``dependencies``) as anyOf."""
+    branches: list[Any] = []
+    keys = [k for k in ("dependencies", "dependentRequired", "dependentSchemas") if isinstance(node.get(k), dict)]
+    for key in keys:
+        for name, then in node[key].items():
+            if isinstance(then, list) and all(isinstance(n, str) for n in then):
+                if then:
+                    branches.append({"anyOf": [_absent(name), {"required": [name, *then]}]})
+            elif then is False:
+                branches.append(_absent(name))
+            elif isinstance(then, dict):
+                required = [name, *[r for r in then.get("required", []) if r != name]] \
+                    if isinstance(then.get("required", []), list) else None
+                if required is None:
+                    return  # a malformed ``required``: leave the node to the backends' verdicts
+                branches.append({"anyOf": [_absent(name), {**then, "required": required}]})
+            elif then is not True:
+                return  # not a dependency the spec knows: leave the node alone
+    for key in keys:
+        node.pop(key)
+    if branches:
+        node["allOf"] = [*node.get("allOf", []), *branches]
+
+
+def _complement(sub: Any) -> Any | None:
+    """A schema for ``not: sub``, or None when it has no simple exact form."""
+    if sub is True or sub == {}:
+        return False
+    if sub is False:
+        return True
+    if not isinstance(sub, dict):
+        return None
+    keys = set(sub) - {"title", "description", "$comment"}
+    if keys == {"not"}:
+        return sub["not"]
+    if keys == {"required"} and isinstance(sub["required"], list) and sub["required"]:
+        names = [n for n in sub["required"] if isinstance(n, str)]
+        if len(names) != len(sub["required"]):
+            return None
+        # ``required`` holds for every non-object, so only an object can fail it
+        absent = _absent(names[0]) if len(names) == 1 else {"anyOf": [_absent(n) for n in names]}
+        return {"type": "object", **absent}
+    if keys == {"type"}:
+        t = sub["type"]
+        types = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+        if types is None or ("integer" in types and "number" not in types):
+            return None  # "not integer" leaves fractional numbers: no type says that
+        rest = [x for x in _TYPES if x not in types and not (x == "number" and "number" in types)]
+        return {"type": rest} if rest else False
+    if keys == {"anyOf"} and isinstance(sub["anyOf"], list):
+        parts = [_complement(b) for b in sub["anyOf"]]
+        if any(p is None for p in parts):
+            return None
+        if any(p is False for p in parts):
+            return False
+        kept = [p for p in parts if p is not True]
+        return {"allOf": kept} if kept else True
+    return None
+
+
+def _eliminate_not(node: dict[str, Any]) -> Any:
+    if "not" not in node:
+        return node
+    replacement = _complement(node["not"])
+    if replacement is None:
+        return node
+    node.pop("not")
+    if replacement is False:
+        return False
+    if replacement is True:
+        return node
+    if not (set(node) - {"title", "description", "$comment", "$schema", "$id"}):
+        return {**{k: v for k, v in node.items() if k in ("$schema", "$id")}, **replacement} \
+            if isinstance(replacement, dict) else replacement
+    node["allOf"] = [*node.get("allOf", []), replacement]
+    return node
+
+
+def _branch_facts(branch: Any) -> tuple[set[str] | None, dict[str, set[str]]]:
+    """A branch's declared types (None: any) and, per required property, its allowed values."""
+    if not isinstance(branch, dict):
+        return None, {}
+    t = branch.get("type")
+    types = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+    if types and "number" in types:
+        types |= {"integer"}
+    values: dict[str, set[str]] = {}
+    props: dict[str, Any] = branch["properties"] if isinstance(branch.get("properties"), dict) else {}
+    for name in branch.get("required", []) if isinstance(branch.get("required"), list) else []:
+        sub = props.get(name)
+        if isinstance(sub, dict):
+            listed = [sub["const"]] if "const" in sub else sub.get("enum")
+            if isinstance(listed, list):
+                values[name] = {json.dumps(v, sort_keys=True) for v in listed}
+    return types, values
+
+
+def _disjoint(a: tuple[set[str] | None, dict[str, set[str]]], b: tuple[set[str] | None, dict[str, set[str]]]) -> bool:
+    (ta, va), (tb, vb) = a, b
+    if ta is not None and tb is not None and not (ta & tb):
+        return True
+    # both must be objects for a required discriminator to apply to every instance they accept
+    objects = ta == {"object"} and tb == {"object"}
+    return objects and any(name in vb and not (va[name] & vb[name]) for name in va)
+
+
+def _disjoint_one_of(node: dict[str, Any]) -> None:
+    branches = node.get("oneOf")
+    if not isinstance(branches, list) or len(branches) < 2 or "anyOf" in node:
+        return
+    facts = [_branch_facts(b) for b in branches]
+    if all(_disjoint(facts[i], facts[j]) for i in range(len(facts)) for j in range(i + 1, len(facts))):
+        node["anyOf"] = node.pop("oneOf")

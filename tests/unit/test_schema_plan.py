@@ -1,0 +1,224 @@
+"""The one schema decision (``server/structured/schema_plan.py``): exact or refused, never too loose.
+
+Each kind of too-loose enforcement seen on MaskBench has a regression case here (the schema cut
+down to the keyword, an invalid instance the old strict path let through); each exact rewrite of
+``schema_rewrite`` is checked against python-jsonschema; the request, the schema check and
+``--precompile`` give one verdict; and a schema meant for llguidance reaches vLLM in a form
+XGrammar cannot run (so it fails closed where the hybrid backend is missing).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import jsonschema
+import pytest
+
+from evals import maskbench as mb
+from server.engine.hybrid_backend import GUIDANCE_JSON_PREFIX, guidance_schema_text
+from server.engine.vllm_engine import structured_outputs_params
+from server.errors import APIError
+from server.structured.constraints import Constraint, ConstraintError, constraint_from_request
+from server.structured.from_request import build
+from server.structured.schema_check import check_schema_report
+from server.structured.schema_plan import decide_schema
+from server.structured.schema_rewrite import rewrite_schema
+from server.structured.spec import ConstraintSpec
+
+
+def _strict(schema: dict[str, Any], *, guidance: bool = True) -> Constraint:
+    spec = ConstraintSpec(response_format={"type": "json_schema", "json_schema": {"schema": schema, "strict": True}},
+                          guidance=guidance)
+    built = build(spec)
+    assert built.constraint is not None
+    return built.constraint
+
+
+def _accepts(constraint: Constraint, value: Any) -> bool:
+    """Whether the grammar writes ``value`` in some key order (both grammars fix property order)."""
+    accepts = (mb._llguidance_accepts(constraint.value) if constraint.backend == "llguidance"
+               else mb._xgrammar_accepts(constraint))
+    orders = [value] if not isinstance(value, dict) else [dict(p) for p in itertools.permutations(value.items())]
+    return any(accepts(json.dumps(v, separators=(",", ":"), ensure_ascii=False)) for v in orders)
+
+
+# One case per kind of too-loose enforcement (issue 35): schema, an invalid instance, a valid one.
+TOO_LOOSE_KINDS = {
+    "enum_values_outside_the_sibling_type": ({"type": "object", "properties": {"k": {"type": "integer", "enum": ["a", "b"]}},
+                                              "required": ["k"], "additionalProperties": False}, {"k": "a"}, None),
+    "pattern_beside_format": ({"type": "object", "properties": {"d": {"type": "string", "format": "date",
+                                                                      "pattern": "^2024-"}},
+                               "required": ["d"], "additionalProperties": False}, {"d": "2023-01-05"}, {"d": "2024-01-05"}),
+    "regex_translated_wrongly": ({"type": "object", "properties": {"f": {"type": "string", "pattern": r"^file:.+\.km[lz]$"}},
+                                  "required": ["f"], "additionalProperties": False}, {"f": "file:x.txt"}, {"f": "file:x.kml"}),
+    "lookahead_in_pattern_properties": ({"type": "object", "patternProperties": {"^(?!x-)[a-z]+$": {"type": "integer"}},
+                                         "additionalProperties": False}, {"x-a": 1}, {"ab": 1}),
+    "anyof_of_required_beside_properties": ({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+                                             "anyOf": [{"required": ["a"]}, {"required": ["b"]}],
+                                             "additionalProperties": False}, {}, {"b": "x"}),
+    "root_required_beside_one_allof_ref": ({"$defs": {"T": {"type": "object", "properties": {"a": {"type": "integer"},
+                                                                                            "b": {"type": "integer"}}}},
+                                            "allOf": [{"$ref": "#/$defs/T"}], "required": ["a", "b"]},
+                                           {"a": 1}, {"a": 1, "b": 2}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TOO_LOOSE_KINDS))
+def test_each_too_loose_kind_is_enforced_exactly_or_refused(kind: str) -> None:
+    schema, invalid, valid = TOO_LOOSE_KINDS[kind]
+    assert not jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).is_valid(invalid)
+    try:
+        constraint = _strict(schema)
+    except APIError as exc:  # refused: it must say which keyword, where, and what was tried
+        assert "tried xgrammar, llguidance" in exc.message and " at /" in exc.message, exc.message
+        return
+    assert not _accepts(constraint, invalid), (kind, constraint.backend)
+    if valid is not None:
+        assert _accepts(constraint, valid), (kind, constraint.backend)
+
+
+def test_the_backend_is_chosen_per_schema() -> None:
+    closed = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+    assert _strict(closed).backend == "xgrammar"  # exact and complete there: the engine's own backend
+    open_ = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    c = _strict(open_)
+    assert c.backend == "llguidance"  # other properties may hold any value: XGrammar cannot write them all
+    assert _accepts(c, {"a": 1, "extra": [1, {"x": [2, "y"]}]}) and not _accepts(c, {"extra": 1})
+    two = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer", "minimum": 3}}, "required": ["a"]},
+                     {"required": ["b"], "properties": {"b": {"enum": ["x"]}}}]}
+    c = _strict(two)
+    assert c.backend == "llguidance" and _accepts(c, {"a": 3, "b": "x"}) and not _accepts(c, {"a": 2, "b": "x"})
+    with pytest.raises(APIError, match="tried xgrammar, llguidance"):  # neither enforces uniqueItems
+        _strict({"type": "array", "items": {"type": "integer"}, "uniqueItems": True})
+    with pytest.raises(APIError, match="runs XGrammar only"):  # an engine without llguidance tries XGrammar alone
+        _strict(two, guidance=False)
+
+
+def test_a_refusal_names_keyword_pointer_and_backends() -> None:
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}
+    with pytest.raises(APIError) as info:
+        _strict(schema)
+    msg = info.value.message
+    assert "uniqueItems at /properties/tags (xgrammar:" in msg and "uniqueItems at /properties/tags (llguidance:" in msg
+    assert info.value.param == "response_format.json_schema.schema" and info.value.code == "unsupported_schema"
+
+
+def test_thinking_or_tools_need_xgrammar_exact() -> None:
+    """A JSON answer inside a structural tag (thinking, tools) is XGrammar's: llguidance-only schemas are refused there."""
+    from server.structured.constraints import ReasoningSpec
+
+    two = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"required": ["a"]}]}
+    spec = ConstraintSpec(response_format={"type": "json_schema", "json_schema": {"schema": two, "strict": True}},
+                          reasoning=ReasoningSpec())
+    with pytest.raises(APIError, match="only by llguidance"):
+        build(spec)
+    loose = ConstraintSpec(response_format={"type": "json_schema", "json_schema": {"schema": two}}, reasoning=ReasoningSpec())
+    assert build(loose).constraint.kind == "structural_tag"  # not strict: served, validated afterwards
+
+
+# --- exact rewrites ----------------------------------------------------------------------------
+
+REWRITES = [
+    ({"not": {"not": {"type": "integer"}}}, [1, "a", 1.5]),
+    ({"type": "object", "properties": {"x": {"not": {}}}}, [{}, {"x": 1}, {"y": 1}]),
+    ({"type": "object", "not": {"required": ["a", "b"]}}, [{}, {"a": 1}, {"a": 1, "b": 2}, {"b": 2}]),
+    ({"not": {"type": ["string", "null"]}}, [None, "a", 1, 2.5, [], {}]),
+    ({"not": {"anyOf": [{"required": ["a"]}, {"type": "string"}]}}, ["s", {}, {"a": 1}, 3]),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+      "dependencies": {"a": ["b"], "c": {"properties": {"d": {"type": "integer"}}, "required": ["d"]}}},
+     [{}, {"a": 1}, {"a": 1, "b": 2}, {"c": 1}, {"c": 1, "d": 2}, {"c": 1, "d": "x"}]),
+    ({"type": "object", "dependentRequired": {"a": ["b", "c"]}}, [{"a": 1}, {"a": 1, "b": 1, "c": 1}, {"b": 1}]),
+    ({"$schema": "http://json-schema.org/draft-07/schema#", "type": "array",
+      "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False}, [[1, "a"], [1, "a", 2], [1], ["a"]]),
+    ({"type": "string", "format": "int64"}, ["12", "x"]),
+    ({"$schema": "http://json-schema.org/draft-04/schema#", "type": "number", "minimum": 1, "exclusiveMinimum": True,
+      "maximum": 5, "exclusiveMaximum": False}, [1, 1.5, 5, 6]),
+    ({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "v": {"type": "integer"}}, "required": ["k", "v"]},
+                {"type": "object", "properties": {"k": {"const": "b"}, "v": {"type": "string"}}, "required": ["k", "v"]}]},
+     [{"k": "a", "v": 1}, {"k": "b", "v": "s"}, {"k": "a", "v": "s"}, {"k": "c", "v": 1}]),
+]
+
+
+@pytest.mark.parametrize("schema,instances", REWRITES, ids=lambda x: json.dumps(x)[:60] if isinstance(x, dict) else "")
+def test_rewrites_keep_the_valid_instances(schema: dict[str, Any], instances: list[Any]) -> None:
+    out = rewrite_schema(schema)
+    assert out != schema  # it rewrote something
+    cls = jsonschema.validators.validator_for(schema)
+    for x in instances:
+        assert cls(schema).is_valid(x) == jsonschema.Draft202012Validator(out).is_valid(x), (x, out)
+    for gone in ("not", "dependencies", "dependentRequired", "additionalItems", "oneOf"):
+        assert gone not in json.dumps(out).replace('"not": {}', ""), out
+    c = _strict(schema)  # and a backend now enforces it exactly
+    for x in instances:
+        assert _accepts(c, x) == cls(schema).is_valid(x), (x, c.backend)
+
+
+def test_a_rewrite_that_has_no_exact_form_is_left_alone() -> None:
+    schema = {"type": "string", "not": {"pattern": "^a"}}
+    assert rewrite_schema(schema) == schema
+    overlapping = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
+    assert rewrite_schema(overlapping) == overlapping
+
+
+# --- one verdict everywhere --------------------------------------------------------------------
+
+class _Cache:
+    def compile(self, constraint: Any) -> Any:
+        from server.structured.grammar_cache import CompileResult
+
+        return CompileResult(True, 0.0, False, None)
+
+
+def _records(n: int) -> list[dict[str, Any]]:
+    path = mb.testdata_root() / "maskbench-dev.jsonl.gz"
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    return mb.load(path, limit=n)
+
+
+@pytest.mark.parametrize("step", range(4))
+def test_check_and_request_agree_on_a_sample_of_the_dev_half(step: int) -> None:
+    """Every 4th of 400 evenly spaced MaskBench schemas per case: the schema check's strict verdict,
+    backend and problems are the strict request's (the whole half: ``python -m evals.maskbench``)."""
+    for record in _records(400)[step::4]:
+        schema = record["schema"]
+        report = check_schema_report({"schema": schema}, cache=_Cache())["items"][0]
+        try:
+            c = _strict(schema)
+        except APIError as exc:
+            assert not report["strict_ok"], record["id"]
+            assert all(p in exc.message for p in report["problems"]), record["id"]
+            continue
+        assert report["strict_ok"] and report["backend"] == c.backend, record["id"]
+        assert decide_schema(schema).backend == c.backend
+
+
+def test_precompile_compiles_on_the_requests_backend(make_app: Any) -> None:
+    from server.structured.precompile import precompile_items
+
+    built = make_app()
+    schema = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"required": ["a"]}]}
+    assert precompile_items(built.state, [schema]) == []
+    c = build(ConstraintSpec(response_format={"type": "json_schema", "json_schema": {"schema": schema}})).constraint
+    assert c.backend == "llguidance" and built.state.grammar_cache.compile(c).cached
+
+
+# --- the engine's marker -----------------------------------------------------------------------
+
+def test_a_llguidance_schema_travels_as_a_grammar_xgrammar_refuses() -> None:
+    import xgrammar as xgr
+
+    c = Constraint("json", {"type": "object", "properties": {"a": {"type": "integer"}}}, backend="llguidance")
+    params = structured_outputs_params(c)
+    assert params.json is None and params.grammar.startswith(GUIDANCE_JSON_PREFIX)
+    assert json.loads(guidance_schema_text(params.grammar)) == c.value
+    with pytest.raises(Exception):  # noqa: B017 - without the hybrid backend, XGrammar fails closed on it
+        xgr.Grammar.from_lark(params.grammar)
+    assert c.cache_key() != Constraint("json", c.value).cache_key()
+
+
+def test_a_user_grammar_cannot_pose_as_the_marker() -> None:
+    with pytest.raises(ConstraintError, match="llguidance grammars are not accepted"):
+        constraint_from_request(response_format=None, structured_outputs={"grammar": GUIDANCE_JSON_PREFIX + "{}"},
+                                tools=None, tool_choice=None, parallel_tool_calls=True, tool_format=None)
