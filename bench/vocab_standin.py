@@ -88,7 +88,7 @@ def _bpe(ranks: dict[bytes, int], pattern: str, added: list[tuple[int, str, bool
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     class _FromRanks(TikTokenConverter):
-        def load_tiktoken_bpe(self, tiktoken_url: str) -> dict[bytes, int]:  # type: ignore[override]
+        def load_tiktoken_bpe(self, tiktoken_url: str) -> dict[bytes, int]:
             return ranks
 
     if sorted(ranks.values()) != list(range(len(ranks))):
@@ -245,13 +245,13 @@ def build_tokenizer(vocab: str) -> BuiltTokenizer:
     return _BUILT[vocab]
 
 
-def vocab_closing_texts(*extra: str, end: str) -> dict[str, float]:
+def vocab_closing_texts(*extra: str, end: str, bias: float | None = None) -> dict[str, float]:
     """bench/standin.py's closing biases for a family: JSON's closers, the family's own closing markers
-    (``extra``, biased as ``</tool_call>``) and its end-of-turn text ``end``."""
+    (``extra``, biased as ``</tool_call>``, or ``bias``) and its end-of-turn text ``end``."""
     from bench.standin import CLOSING_TEXTS
 
     texts = {k: v for k, v in CLOSING_TEXTS.items() if k not in ("</tool_call>", "<|im_end|>")}
-    texts.update({t: CLOSING_TEXTS["</tool_call>"] for t in extra})
+    texts.update({t: CLOSING_TEXTS["</tool_call>"] if bias is None else bias for t in extra})
     texts[end] = CLOSING_TEXTS["<|im_end|>"]
     return texts
 

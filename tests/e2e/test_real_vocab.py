@@ -44,7 +44,7 @@ TIME = {"type": "function", "function": {
     "parameters": {"type": "object", "additionalProperties": False, "required": ["zone"],
                    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}}}}}
 TOOLS = [WEATHER, TIME]
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+SCHEMAS: dict[str, Any] = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}  # type: ignore[index]
 SAMPLE_TEXTS = ["Hello, world! café résumé 日本語のトークナイザー 12345678 \U0001f680\n\n  x\t",
                 "def f(x):\n    return [i**2 for i in range(100)]  # 1+2+3==6", '{"city": "Paris", "days": 3}']
 
@@ -82,6 +82,7 @@ class Row:
     special: frozenset[str]
     end: str
     closing: tuple[str, ...] = ()
+    closing_bias: float | None = None  # the closing texts' logit bias (None: bench.standin's for </tool_call>)
     kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs of every request
 
     @property
@@ -114,7 +115,7 @@ ROWS: list[Row] = [
     Row("gpt_oss", "o200k_harmony", _template("tests/data/templates/gpt_oss.jinja"), "gpt_oss",
         control=("<|start|>", "<|message|>", "<|end|>"), markers=("<|channel|>", "<|constrain|>", "<|call|>"),
         special=frozenset({"<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|constrain|>", "<|call|>"}),
-        end="<|call|>", closing=("<|end|>",)),
+        end="<|call|>", closing=("<|end|>",), closing_bias=15.5),  # free analysis text ends at once
     Row("mistral", "tekken", _mistral_tekken_template, "mistral",
         control=("[INST]", "[/INST]"), markers=("[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"),
         special=frozenset({"[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"}),
@@ -131,7 +132,7 @@ def row(request: pytest.FixtureRequest) -> Row:
 def folder(row: Row) -> Path:
     from bench.vocab_standin import ensure_vocab_standin, vocab_closing_texts
 
-    return ensure_vocab_standin(row.vocab, row.template(), vocab_closing_texts(*row.closing, end=row.end))
+    return ensure_vocab_standin(row.vocab, row.template(), vocab_closing_texts(*row.closing, end=row.end, bias=row.closing_bias))
 
 
 @pytest.fixture(scope="module")
@@ -227,10 +228,12 @@ NON_SPECIAL = [pytest.param(r, m, id=f"{r.id}-{m}") for r in ROWS for m in r.con
                                        "added tokens the real tokenizer does not mark special (issue 36)")
 @pytest.mark.parametrize("row_,marker", NON_SPECIAL)
 def test_a_users_non_special_marker_stays_text(row_: Row, marker: str) -> None:
-    from bench.vocab_standin import ensure_vocab_standin, vocab_closing_texts
     from vllm.tokenizers import get_tokenizer
 
-    folder = ensure_vocab_standin(row_.vocab, row_.template(), vocab_closing_texts(*row_.closing, end=row_.end))
+    from bench.vocab_standin import ensure_vocab_standin, vocab_closing_texts
+
+    closing = vocab_closing_texts(*row_.closing, end=row_.end, bias=row_.closing_bias)
+    folder = ensure_vocab_standin(row_.vocab, row_.template(), closing)
     _assert_markers_stay_text(row_, folder, get_tokenizer(str(folder)), [marker])
 
 
@@ -271,7 +274,8 @@ def _body(row: Row, choice: Any, *, stream: bool, content: str = "Weather in Par
 def _streamed(http: httpx.Client, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None, dict[str, Any]]:
     """(tool calls rebuilt from the deltas, finish_reason, usage)."""
     calls: dict[int, dict[str, Any]] = {}
-    finish, usage = None, {}
+    finish: str | None = None
+    usage: dict[str, Any] = {}
     with http.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
