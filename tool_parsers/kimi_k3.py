@@ -31,10 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from ._content import ContentBuilder, malformed_block
+from ._content import AFTER_CALL, ContentBuilder, malformed_block
 from ._scan import JsonError, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value
-from .base import CallFormat, ModelFamily, ParsedTools, ToolCallPart
+from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
 
 __all__ = ["KimiK3CallFormat", "KimiK3ToolParser", "MARKERS", "FAMILIES"]
 
@@ -48,6 +48,7 @@ JSON_OPEN, JSON_CLOSE = f"{OPEN}json", f"{CLOSE}json{SEP}"
 MARKERS = (RESPONSE_OPEN, RESPONSE_CLOSE, TOOLS_OPEN, TOOLS_CLOSE, MESSAGE_CLOSE)  # never content
 _WRAPPERS = (RESPONSE_OPEN, RESPONSE_CLOSE, MESSAGE_CLOSE)  # dropped where they stand
 _ATTR = re.compile(r'(\w+)="([^"]*)"')
+_IN_TOOLS = "in_tools"  # resume word: between calls of the tools channel
 
 
 def _attrs(raw: str) -> dict[str, str]:
@@ -127,34 +128,40 @@ class KimiK3ToolParser(SchemaBound):
         call_end=CALL_CLOSE, separator="", section_end=TOOLS_CLOSE, arguments_style="kimi_k3_xml")
 
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
-        """Whole-text parse (no checkpoints: an answer's channels are short next to its calls' values)."""
-        out = ContentBuilder()
+        """Channels in order; checkpoints after each call, after the tools channel and in content."""
+        out = ContentBuilder(resume=AFTER_CALL if resume == _IN_TOOLS else resume)
         calls: list[ToolCallPart] = []
         errors: list[str] = []
         bad: list[tuple[int, int | None]] = []
-        p, n = 0, len(text)
-        while p < n:
+        marks: list[Checkpoint | None] = [None]  # the furthest checkpoint so far (last)
+        p: int | None = 0
+        if resume == _IN_TOOLS:
+            p = self._section(text, 0, final=final, out=out, calls=calls, errors=errors, bad=bad, marks=marks)
+        n = len(text)
+        while p is not None and p < n:
             q = skip_ws(text, p)
             wrapper = next((m for m in _WRAPPERS if text.startswith(m, q)), None)
             if wrapper is not None:
                 out.add(text[p:q])
                 p = q + len(wrapper)
             elif text.startswith(TOOLS_OPEN, q):
-                p = self._section(text, q + len(TOOLS_OPEN), final=final, out=out, calls=calls, errors=errors, bad=bad)
-                if p is None:
-                    break
+                p = self._section(text, q + len(TOOLS_OPEN), final=final, out=out, calls=calls, errors=errors, bad=bad,
+                                  marks=marks)
             else:
                 stops = [i for i in (text.find(m, q) for m in MARKERS) if i >= 0]
                 if stops:
                     out.add(text[p:min(stops)])
                     p = min(stops)
                     continue
-                out.add(text[p:] if final else text[p:partial_marker_start(text, MARKERS, p)])
+                stop = n if final else partial_marker_start(text, MARKERS, p)
+                out.add(text[p:stop])
+                out.tail_end = stop
+                marks.append(out.tail_checkpoint(text, p, len(calls), len(errors)) or marks[-1])
                 break
-        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), None, tuple(bad))
+        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), marks[-1], tuple(bad))
 
     def _section(self, text: str, p: int, *, final: bool, out: ContentBuilder, calls: list[ToolCallPart],
-                 errors: list[str], bad: list[tuple[int, int | None]]) -> int | None:
+                 errors: list[str], bad: list[tuple[int, int | None]], marks: list[Checkpoint | None]) -> int | None:
         """The calls of the tools channel from ``p``; where content resumes (None: the text ends in it)."""
         while True:
             r = skip_ws(text, p)
@@ -173,8 +180,13 @@ class KimiK3ToolParser(SchemaBound):
                 if end is None:
                     return None
                 p = end
+                if not bad:  # (a malformed call's region is the stream's to resume after)
+                    marks.append(Checkpoint(p, out.length, len(calls), len(errors), _IN_TOOLS))
             elif text.startswith(TOOLS_CLOSE, r):
-                return r + len(TOOLS_CLOSE)
+                end = r + len(TOOLS_CLOSE)
+                if not bad:
+                    marks.append(out.checkpoint(end, len(calls), len(errors)) or marks[-1])
+                return end
             elif r >= len(text) or (not final and any(m.startswith(text[r:]) for m in (CALL_OPEN, TOOLS_CLOSE))):
                 return None  # the channel is still open (or the text ends after its calls)
             else:

@@ -128,7 +128,22 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
         d = DIALECTS[fmt]
         return d.start + "\n" + "".join(f'{d.call_open}{n}">\n{_dsml_parameters(a, fmt)}{d.call_close}\n'
                                         for n, a in calls) + d.end
+    if fmt in ("minimax_m2", "minimax_m3"):  # XML parameters in XGrammar's built-in MiniMax layouts
+        f = get_tool_parser(fmt).format
+        return f.section_begin + "".join(f.call_begin + n + f.name_end + _minimax_parameters(a, fmt) + f.call_end
+                                         for n, a in calls) + f.section_end
     raise AssertionError(fmt)
+
+
+def _minimax_parameters(arguments: str, fmt: str) -> str:
+    values = json.loads(arguments) if arguments.strip().startswith("{") else None
+    if values is None:  # not an object: no XML form; text the grammar must refuse
+        return arguments
+    ns = "]<]minimax[>["
+    shown = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    if fmt == "minimax_m2":
+        return "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in shown.items())
+    return "".join(f"{ns}<{k}>{v}{ns}</{k}>\n" for k, v in shown.items())
 
 
 def _dsml_parameters(arguments: str, fmt: str) -> str:

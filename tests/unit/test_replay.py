@@ -34,6 +34,14 @@ def _output(family: str, *, reasoning: bool) -> str:
         calls = [(n, "".join(f'<{tag} name="{k}" string="{str(isinstance(v, str)).lower()}">'
                              f'{v if isinstance(v, str) else json.dumps(v)}</{tag}>\n' for k, v in json.loads(a).items()))
                  for n, a in CALLS]
+    elif f.arguments_style == "minimax_xml":  # MiniMax M2: <parameter name="k">v</parameter>
+        calls = [(n, "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in json.loads(a).items())) for n, a in CALLS]
+    elif f.arguments_style == "minimax_m3_xml":  # MiniMax M3: an element per parameter behind its marker
+        ns = "]<]minimax[>["
+        calls = [(n, "".join(f"{ns}<{k}>{v}{ns}</{k}>\n" for k, v in json.loads(a).items())) for n, a in CALLS]
+    elif f.arguments_style == "kimi_k3_xml":  # Kimi K3: type-tagged XTML arguments
+        calls = [(n, "".join(f'<|open|>argument key="{k}" type="string"<|sep|>{v}<|close|>argument<|sep|>'
+                             for k, v in json.loads(a).items())) for n, a in CALLS]
     elif f.arguments_style == "pythonic":  # keyword arguments, values as Python literals
         calls = [(n, ", ".join(f"{k}={json.dumps(v)}" for k, v in json.loads(a).items())) for n, a in CALLS]
     else:
