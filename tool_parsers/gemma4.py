@@ -35,7 +35,7 @@ from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _types, arguments_json, property_schema, streams_as_text, typed_value
 from .base import CallFormat, ModelFamily, ToolCallPart
 
-__all__ = ["Gemma4ToolParser", "Gemma4CallFormat", "UnsupportedSchema", "arguments_grammar", "gemma_value",
+__all__ = ["Gemma4ToolParser", "Gemma4CallFormat", "UnsupportedSchema", "arguments_grammar", "gemma_value", "gemma_literal",
            "QUOTE", "TOOL_CALL", "TOOL_CALL_END", "FAMILIES"]
 
 QUOTE = '<|"|>'
@@ -271,16 +271,16 @@ gany ::= gstr | gnum | "true" | "false" | "null" | "{" "}" | "{" gkey ":" gany (
 """
 
 
-def _lit(value: Any) -> str:
+def gemma_literal(value: Any) -> str:
     """``value`` (JSON data) in Gemma's notation, as the template's ``format_argument`` writes it."""
     if isinstance(value, str):
         return QUOTE + value + QUOTE
     if value is True or value is False or value is None:
         return json.dumps(value)
     if isinstance(value, list):
-        return "[" + ",".join(_lit(v) for v in value) + "]"
+        return "[" + ",".join(gemma_literal(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_lit(v)}" for k, v in sorted(value.items())) + "}"
+        return "{" + ",".join(f"{k}:{gemma_literal(v)}" for k, v in sorted(value.items())) + "}"
     return json.dumps(value)
 
 
@@ -323,12 +323,12 @@ class _Grammar:
         if "$ref" in s:
             return self._ref(s, depth)
         if "const" in s:
-            return _ebnf(_lit(s["const"]))
+            return _ebnf(gemma_literal(s["const"]))
         if "enum" in s:
             values = [v for v in s["enum"] if _fits_type(v, s.get("type"))]
             if not values:
                 raise UnsupportedSchema("an enum none of whose values fits its type")
-            return "(" + " | ".join(_ebnf(_lit(v)) for v in values) + ")"
+            return "(" + " | ".join(_ebnf(gemma_literal(v)) for v in values) + ")"
         for key in ("anyOf", "oneOf"):
             if key in s:
                 rest = {k: v for k, v in s.items() if k != key}

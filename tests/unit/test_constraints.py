@@ -132,6 +132,15 @@ def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
         f = get_tool_parser(fmt).format
         return f.section_begin + "".join(f.call_begin + n + f.name_end + _minimax_parameters(a, fmt) + f.call_end
                                          for n, a in calls) + f.section_end
+    if fmt == "gemma4":  # Gemma's notation, keys sorted as its template writes them
+        from tool_parsers.gemma4 import gemma_literal
+
+        return "".join(f"<|tool_call>call:{n}"
+                       + (gemma_literal(json.loads(a)) if a.strip().startswith("{") else a) + "<tool_call|>"
+                       for n, a in calls)
+    if fmt == "seed_oss":  # Qwen3's XML parameters inside Seed's markers, as Seed-OSS's template writes them
+        return "\n".join(f"<seed:tool_call>\n<function={n}>\n{_xml_parameters(a)}</function>\n</seed:tool_call>"
+                          for n, a in calls)
     raise AssertionError(fmt)
 
 

@@ -42,6 +42,10 @@ def _output(family: str, *, reasoning: bool) -> str:
     elif f.arguments_style == "kimi_k3_xml":  # Kimi K3: type-tagged XTML arguments
         calls = [(n, "".join(f'<|open|>argument key="{k}" type="string"<|sep|>{v}<|close|>argument<|sep|>'
                              for k, v in json.loads(a).items())) for n, a in CALLS]
+    elif f.arguments_style == "gemma4":  # Gemma 4's notation: {k:<|"|>v<|"|>,...}
+        from tool_parsers.gemma4 import gemma_literal
+
+        calls = [(n, gemma_literal(json.loads(a))) for n, a in CALLS]
     elif f.arguments_style == "pythonic":  # keyword arguments, values as Python literals
         calls = [(n, ", ".join(f"{k}={json.dumps(v)}" for k, v in json.loads(a).items())) for n, a in CALLS]
     else:
