@@ -267,7 +267,9 @@ gq4 ::= ">" | "<" gq1 | [^<>] gq0
 gint ::= "-"? ("0" | [1-9] [0-9]*)
 gnum ::= gint ("." [0-9]+)? ([eE] [+\-]? [0-9]+)?
 gkey ::= [A-Za-z_] [A-Za-z0-9_\-.]*
-gany ::= gstr | gnum | "true" | "false" | "null" | "{" "}" | "{" gkey ":" gany ("," gkey ":" gany)* "}" | "[" "]" | "[" gany ("," gany)* "]"
+gany ::= gstr | gnum | "true" | "false" | "null" | gobj | garr
+gobj ::= "{" "}" | "{" gkey ":" gany ("," gkey ":" gany)* "}"
+garr ::= "[" "]" | "[" gany ("," gany)* "]"
 """
 
 

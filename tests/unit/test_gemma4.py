@@ -6,6 +6,7 @@ the calls; what the template writes for a call is what the grammar accepts and t
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -68,7 +69,8 @@ def test_grammar_writes_keys_in_the_templates_sorted_order() -> None:
     ordered = f"{TC}call:complex_function{{list:[{Q}a{Q},{Q}b{Q}],nested:{{inner:{Q}value{Q}}}}}{TE}"
     assert fc.grammar_accepts("gemma4", DATA["tools"], ordered) and not fc.grammar_accepts("gemma4", DATA["tools"], nested)
     parser = get_family("gemma4").parser.with_tools(TOOLS)
-    assert json.loads(parser.parse(ordered, final=True).tool_calls[0].arguments) == EXPECT["nested_arguments"]["tool_calls"][0]["arguments"]
+    (call,) = parser.parse(ordered, final=True).tool_calls
+    assert json.loads(call.arguments) == EXPECT["nested_arguments"]["tool_calls"][0]["arguments"]
     status = f"{TC}call:set_status{{count:42,is_active:true,score:3.14}}{TE}"
     assert fc.grammar_accepts("gemma4", DATA["tools"], status)
     assert not fc.grammar_accepts("gemma4", DATA["tools"], CALLS["number_and_boolean"])
@@ -172,7 +174,7 @@ def test_string_values_stream_as_they_are_written() -> None:
     seen = [parser.parse(text[:i], final=False).tool_calls for i in range(len(text) + 1)]
     growing = [c[0].arguments for c in seen if c and c[0].arguments]
     assert '{"location": "Paris,' in growing and not any(Q[:2] in a for a in growing)
-    assert all(b.startswith(a) for a, b in zip(growing, growing[1:]))
+    assert all(b.startswith(a) for a, b in pairwise(growing))
 
 
 # --- end to end: Gemma 4's template, the scripted engine, the server's grammar and parser ----------------

@@ -6,6 +6,7 @@ engine, its thinking beside the calls."""
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -88,7 +89,7 @@ def test_string_values_stream_as_they_are_written() -> None:
     seen = [parser.parse(text[:i], final=False).tool_calls for i in range(len(text) + 1)]
     growing = [c[0].arguments for c in seen if c and c[0].arguments]
     assert '{"query": "line one' in growing
-    assert all(b.startswith(a) for a, b in zip(growing, growing[1:]))
+    assert all(b.startswith(a) for a, b in pairwise(growing))
 
 
 # --- end to end: Seed-OSS's template, the scripted engine, the server's grammar and parser ----------------
