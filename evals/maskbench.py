@@ -115,8 +115,13 @@ def _llguidance_accepts(schema: Any) -> Any:
 
 
 def _texts(data: Any, schema: Any) -> list[str]:
+    """Compact texts of ``data``: own and schema key order; integral floats as integers except
+    under drafts 3 and 4, where ``1.0`` is not an integer."""
+    variants = serialisations(data, schema)
+    if isinstance(schema, dict) and re.search(r"draft-0[34]", str(schema.get("$schema", ""))):
+        variants = {k: v for k, v in variants.items() if not k.endswith("_int")}
     out = []
-    for text in serialisations(data, schema).values():
+    for text in variants.values():
         compact = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
         if compact not in out:
             out.append(compact)
@@ -320,7 +325,7 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
         return
     kinds = ("passing", "valid_rejected", "refused", "too_loose")
     colors = ("#2a9d8f", "#e9c46a", "#adb5bd", "#e63946")
-    fig, ax = plt.subplots(figsize=(8, 3))
+    fig, ax = plt.subplots(figsize=(8, 3.4))
     for i, e in enumerate(ENGINES):
         left = 0
         for kind, color in zip(kinds, colors, strict=True):
@@ -330,7 +335,7 @@ def _plot(summary: dict[str, Any], path: Path) -> None:
     ax.set_yticks(range(len(ENGINES)), ENGINES)
     ax.set_xlabel(f"schemas (of {summary['schemas']})")
     ax.set_title("MaskBench, strict json_schema: outcome per schema")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=len(kinds), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -244,10 +244,28 @@ def _llguidance_problems(schema: dict[str, Any], uses: list[KeywordUse]) -> list
     except Exception as exc:  # noqa: BLE001 - llguidance's converter reports a bad schema this way
         is_error, messages = True, [str(exc)]
     if not messages:
-        return []
+        return _llguidance_pattern_problems(schema)
     out: list[Problem] = []
     for text in messages[:1] if is_error else messages:
         out.extend(_locate(text.strip(), uses))
+    return out
+
+
+def _llguidance_pattern_problems(schema: dict[str, Any]) -> list[Problem]:
+    """Patterns llguidance 1.7 enforces loosely: it lets a JSON escape (``\\\\``, ``\\"``) through a
+    character class that excludes the backslash or the quote (``^[^\\\\]+$`` accepts ``a\\\\b``;
+    measured, MaskBench's libman.json). Any pattern naming either character is left to XGrammar."""
+    out = []
+    for pointer, node in _pointed(schema):
+        if not isinstance(node, dict):
+            continue
+        patterns = [("pattern", node.get("pattern"))]
+        patterns += [("patternProperties", k) for k in (node.get("patternProperties") or {})
+                     if isinstance(node.get("patternProperties"), dict)]
+        for keyword, pattern in patterns:
+            if isinstance(pattern, str) and ("\\\\" in pattern or '"' in pattern):
+                out.append(Problem("llguidance", keyword, pointer,
+                                   "a pattern that names the backslash or the quote lets JSON escapes of them through"))
     return out
 
 
