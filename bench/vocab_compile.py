@@ -8,6 +8,7 @@ the model's width):
 
 - **info**: building the ``TokenizerInfo`` (once per server start);
 - **cold**: the first compile, on a fresh cache and compiler;
+- **next**: another tool set (other names) on the same, used compiler: a new request on a running server;
 - **warm**: the same request again: a hit in the server's cache (``cached``), counted;
 - **xgr cache**: the server's outcomes forgotten (``GrammarCache.close``), compiled again: xgrammar's
   compiler cache.
@@ -28,10 +29,10 @@ FAMILY_OF_VOCAB = {"qwen3": "hermes", "qwen3_5": "qwen3_coder", "deepseek_v4": "
                    "o200k_harmony": "gpt_oss", "tekken": "mistral"}
 
 
-def make_tools(n: int) -> list[dict[str, Any]]:
+def make_tools(n: int, prefix: str = "tool") -> list[dict[str, Any]]:
     """``n`` distinct function tools, each with a string, a bounded integer, an enum and an optional array."""
     return [{"type": "function", "function": {
-        "name": f"tool_{i}", "description": f"Tool number {i}.",
+        "name": f"{prefix}_{i}", "description": f"Tool number {i}.",
         "parameters": {"type": "object", "additionalProperties": False, "required": ["query", "count", "mode"],
                        "properties": {"query": {"type": "string", "maxLength": 64},
                                       "count": {"type": "integer", "minimum": 0, "maximum": 100 + i},
@@ -65,14 +66,17 @@ def measure(vocab: str, counts: list[int], repeats: int) -> list[dict[str, Any]]
     for n in counts:
         constraint = constraint_from_request(response_format=None, structured_outputs=None, tools=make_tools(n),
                                              tool_choice="required", parallel_tool_calls=True, tool_format=family)
-        assert constraint is not None
-        cold, warm, xgr_cached, hits = [], [], [], 0
+        other = constraint_from_request(response_format=None, structured_outputs=None, tools=make_tools(n, "other"),
+                                        tool_choice="required", parallel_tool_calls=True, tool_format=family)
+        assert constraint is not None and other is not None
+        cold, nxt, warm, xgr_cached, hits = [], [], [], [], 0
         for _ in range(repeats):
             cache = GrammarCache(info, disable_any_whitespace=True, compile_timeout_s=600)  # as the server's
             first = cache.compile(constraint)
             if not first.ok or first.cached:
                 raise RuntimeError(f"{vocab} / {n} tools: {first}")
             cold.append(first.seconds)
+            nxt.append(cache.compile(other).seconds)
             t = time.perf_counter()
             again = cache.compile(constraint)
             warm.append(time.perf_counter() - t)
@@ -83,7 +87,7 @@ def measure(vocab: str, counts: list[int], repeats: int) -> list[dict[str, Any]]
                 raise RuntimeError("GrammarCache.close() kept the outcome")
             xgr_cached.append(third.seconds)
         rows.append({"vocab": vocab, "family": family, "tokens": width, "info_s": info_s, "tools": n,
-                     "cold_s": statistics.median(cold), "warm_s": statistics.median(warm),
+                     "cold_s": statistics.median(cold), "next_s": statistics.median(nxt), "warm_s": statistics.median(warm),
                      "xgr_s": statistics.median(xgr_cached), "hits": hits, "repeats": repeats})
     return rows
 
@@ -97,13 +101,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     counts = [int(x) for x in args.tools.split(",")]
-    print("| vocabulary | family | width | TokenizerInfo s | tools | cold ms | warm (server cache) ms | warm hits "
+    print("| vocabulary | family | width | TokenizerInfo s | tools | cold ms | next ms | warm (server cache) ms | warm hits "
           "| xgrammar cache ms |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for vocab in args.vocabs.split(","):
         for r in measure(vocab, counts, args.repeats):
             print(f"| {r['vocab']} | {r['family']} | {r['tokens']:,} | {r['info_s']:.2f} | {r['tools']} "
-                  f"| {r['cold_s'] * 1e3:.1f} | {r['warm_s'] * 1e3:.3f} | {r['hits']}/{r['repeats']} "
+                  f"| {r['cold_s'] * 1e3:.1f} | {r['next_s'] * 1e3:.1f} | {r['warm_s'] * 1e3:.3f} | {r['hits']}/{r['repeats']} "
                   f"| {r['xgr_s'] * 1e3:.1f} |", flush=True)
 
 

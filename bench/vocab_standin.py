@@ -245,14 +245,17 @@ def build_tokenizer(vocab: str) -> BuiltTokenizer:
     return _BUILT[vocab]
 
 
-def vocab_closing_texts(*extra: str, end: str, bias: float | None = None) -> dict[str, float]:
+def vocab_closing_texts(*extra: str, end: str, bias: float | None = None,
+                        more: dict[str, float] | None = None) -> dict[str, float]:
     """bench/standin.py's closing biases for a family: JSON's closers, the family's own closing markers
-    (``extra``, biased as ``</tool_call>``, or ``bias``) and its end-of-turn text ``end``."""
+    (``extra``, biased as ``</tool_call>``, or ``bias``), its end-of-turn text ``end``, then ``more``
+    (text -> bias: texts the family's calls start with, so the random model takes the call path)."""
     from bench.standin import CLOSING_TEXTS
 
     texts = {k: v for k, v in CLOSING_TEXTS.items() if k not in ("</tool_call>", "<|im_end|>")}
     texts.update({t: CLOSING_TEXTS["</tool_call>"] if bias is None else bias for t in extra})
     texts[end] = CLOSING_TEXTS["<|im_end|>"]
+    texts.update(more or {})
     return texts
 
 

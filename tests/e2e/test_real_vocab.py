@@ -83,12 +83,20 @@ class Row:
     end: str
     closing: tuple[str, ...] = ()
     closing_bias: float | None = None  # the closing texts' logit bias (None: bench.standin's for </tool_call>)
+    prefer: dict[str, float] = field(default_factory=dict)  # more texts to bias (text -> logit)
+    known: dict[str, str] = field(default_factory=dict)  # server test name -> a known bug (strict xfail)
     kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs of every request
 
     @property
     def id(self) -> str:
         return f"{self.family}-{self.vocab}"
 
+
+# XGrammar's qwen_xml style lets up to 16 whitespace characters surround a parameter's value (the
+# structural tag's max_whitespace_cnt); the qwen3_coder parser keeps them in a string value. On Qwen3.5's
+# vocabulary the token " <" writes "CET </parameter>", read back as {"zone": "CET "}: not in the enum.
+_QWEN_XML_WS = ("the qwen3_coder grammar admits whitespace around a parameter value that the parser keeps "
+                "(\"CET \" for an enum of \"CET\"): grammar and parser disagree (issue 36)")
 
 ROWS: list[Row] = [
     Row("hermes", "qwen3", _template("tests/data/templates/qwen3.jinja"), "hermes",
@@ -97,7 +105,8 @@ ROWS: list[Row] = [
         kwargs={"enable_thinking": False}),
     Row("qwen3_coder", "qwen3_5", _template("chat_templates/qwen3_coder.jinja"), "qwen3_coder",
         control=("<|im_start|>", "<|im_end|>"), markers=("<tool_call>", "</tool_call>"),
-        special=frozenset({"<|im_start|>", "<|im_end|>"}), end="<|im_end|>", closing=("</tool_call>",)),
+        special=frozenset({"<|im_start|>", "<|im_end|>"}), end="<|im_end|>", closing=("</tool_call>",),
+        known=dict.fromkeys(("forced_call", "server_prompt"), _QWEN_XML_WS)),
     Row("deepseek_v31", "deepseek_v4", _template("tests/data/templates/deepseek_v31.jinja"), "deepseek_v31",
         control=("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"),
         markers=("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
@@ -115,7 +124,10 @@ ROWS: list[Row] = [
     Row("gpt_oss", "o200k_harmony", _template("tests/data/templates/gpt_oss.jinja"), "gpt_oss",
         control=("<|start|>", "<|message|>", "<|end|>"), markers=("<|channel|>", "<|constrain|>", "<|call|>"),
         special=frozenset({"<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|constrain|>", "<|call|>"}),
-        end="<|call|>", closing=("<|end|>",), closing_bias=15.5),  # free analysis text ends at once
+        # the grammar lets a message run before the call: a random model loops analysis messages unless it
+        # prefers " to" (a recipient right after <|start|>assistant) and writes the markers as their tokens
+        end="<|call|>", closing=("<|end|>",), closing_bias=20.0,  # above the top random logit of 200k tokens
+        prefer={" to": 22.0, "<|channel|>": 18.0, "<|message|>": 18.0, "<|constrain|>": 18.0}),
     Row("mistral", "tekken", _mistral_tekken_template, "mistral",
         control=("[INST]", "[/INST]"), markers=("[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"),
         special=frozenset({"[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]"}),
@@ -132,7 +144,8 @@ def row(request: pytest.FixtureRequest) -> Row:
 def folder(row: Row) -> Path:
     from bench.vocab_standin import ensure_vocab_standin, vocab_closing_texts
 
-    return ensure_vocab_standin(row.vocab, row.template(), vocab_closing_texts(*row.closing, end=row.end, bias=row.closing_bias))
+    return ensure_vocab_standin(row.vocab, row.template(), vocab_closing_texts(*row.closing, end=row.end, bias=row.closing_bias,
+                                                                     more=row.prefer))
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +245,7 @@ def test_a_users_non_special_marker_stays_text(row_: Row, marker: str) -> None:
 
     from bench.vocab_standin import ensure_vocab_standin, vocab_closing_texts
 
-    closing = vocab_closing_texts(*row_.closing, end=row_.end, bias=row_.closing_bias)
+    closing = vocab_closing_texts(*row_.closing, end=row_.end, bias=row_.closing_bias, more=row_.prefer)
     folder = ensure_vocab_standin(row_.vocab, row_.template(), closing)
     _assert_markers_stay_text(row_, folder, get_tokenizer(str(folder)), [marker])
 
@@ -256,6 +269,11 @@ def test_the_tool_grammar_compiles_over_the_full_vocabulary(row: Row, folder: Pa
 
 # --- the whole server path -------------------------------------------------------------------------------
 
+def _known(row: Row, test: str, request: pytest.FixtureRequest) -> None:
+    if test in row.known:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=row.known[test]))
+
+
 def _check_calls(calls: list[dict[str, Any]], *, name: str | None) -> None:
     assert calls, "a forced call was not returned"
     for call in calls:
@@ -267,7 +285,7 @@ def _check_calls(calls: list[dict[str, Any]], *, name: str | None) -> None:
 
 def _body(row: Row, choice: Any, *, stream: bool, content: str = "Weather in Paris?") -> dict[str, Any]:
     return {"model": "standin", "messages": [{"role": "user", "content": content}], "tools": TOOLS,
-            "tool_choice": choice, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": stream,
+            "tool_choice": choice, "parallel_tool_calls": False, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": stream,
             "chat_template_kwargs": row.kwargs, **({"stream_options": {"include_usage": True}} if stream else {})}
 
 
@@ -295,8 +313,9 @@ def _streamed(http: httpx.Client, body: dict[str, Any]) -> tuple[list[dict[str, 
 
 
 @pytest.mark.parametrize("choice", ["required", "named"])
-def test_a_forced_call_streams_and_parses_to_calls_that_fit_the_schema(row: Row, http: httpx.Client,
-                                                                      choice: str) -> None:
+def test_a_forced_call_streams_and_parses_to_calls_that_fit_the_schema(row: Row, http: httpx.Client, choice: str,
+                                                                      request: pytest.FixtureRequest) -> None:
+    _known(row, "forced_call", request)
     tool_choice: Any = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else "required"
     name = "get_weather" if choice == "named" else None
     calls, finish, _ = _streamed(http, _body(row, tool_choice, stream=True))
@@ -312,8 +331,9 @@ def test_a_forced_call_streams_and_parses_to_calls_that_fit_the_schema(row: Row,
 
 
 def test_the_servers_prompt_keeps_a_users_markers_as_text(row: Row, http: httpx.Client, folder: Path,
-                                                          served_tokenizer: Any) -> None:
+                                                          served_tokenizer: Any, request: pytest.FixtureRequest) -> None:
     """The server counts the prompt the in-process path builds (markers in the user's text as text)."""
+    _known(row, "server_prompt", request)
     from server.chat.prompt_tokens import tokenize_chat_prompt
 
     content = "Hi " + " ".join(sorted(row.special)) + " bye"
