@@ -398,7 +398,21 @@ def _tool_arguments_schema(function: dict[str, Any], param: str) -> Any:
             params = {**params, "type": "object"}
     else:  # `true`: any JSON, but arguments are always an object
         params = {"type": "object"}
-    return params
+    return _typed_arrays(params)
+
+
+def _typed_arrays(schema: Any) -> Any:
+    """``schema`` with ``items: {}`` spelled out where an array schema gives none: XGrammar (JSON
+    and every XML argument style) reads an array without ``items`` as the empty array only."""
+    if isinstance(schema, list):
+        return [_typed_arrays(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: v if k in ("enum", "const", "default", "examples") else _typed_arrays(v) for k, v in schema.items()}
+    t = out.get("type")
+    if (t == "array" or (isinstance(t, list) and "array" in t)) and not ({"items", "prefixItems"} & out.keys()):
+        out["items"] = {}
+    return out
 
 
 def _tool_entries(tools: list[dict[str, Any]]) -> list[tuple[str, Any]]:
