@@ -133,9 +133,11 @@ def _decide(schema: dict[str, Any], *, guidance: bool) -> SchemaDecision:
     conversion = _xgrammar_conversion_problem(x_schema)
     if conversion:
         xg.append(Problem("xgrammar", "schema", "", conversion))
+    stricter = _xgrammar_incomplete(x_schema) if not xg else []
+    if not xg and not stricter:  # XGrammar is exact and complete: llguidance is not asked
+        return SchemaDecision("xgrammar", normal, x_schema, (), (), tuple(report.entries))
     ll = (_llguidance_problems(normal, report.entries) if guidance
           else [Problem("llguidance", "schema", "", "this engine runs XGrammar only")])
-    stricter = _xgrammar_incomplete(x_schema) if not xg else []
     # XGrammar when exact and complete; else llguidance when exact; else XGrammar when exact but
     # stricter than the schema (every output still valid; some valid documents not writable).
     order: list[tuple[Backend, bool]] = [("xgrammar", not xg and not stricter), ("llguidance", not ll),
