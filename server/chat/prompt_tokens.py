@@ -29,13 +29,23 @@ _GUARDS: dict[int, ControlTokenGuard] = {}  # id(tokenizer) -> guard (which hold
 _DIGITS_AS_LETTERS = str.maketrans("0123456789", "ABCDEFGHIJ")  # placeholders: ASCII letters only
 
 
+#: An added token that is not marked special but reads like a marker (Qwen's ``<tool_call>`` and
+#: ``<think>``, DeepSeek's ``<｜User｜>``): the tokenizer still matches it whole in any text, so a
+#: user's copy would become the control token. Added words and whitespace runs are left alone.
+_MARKER_LIKE = re.compile(r"[<>|\[\]｜]")
+
+
 def _special_tokens(tokenizer: Any) -> tuple[list[str], set[int]]:
-    """Special-token texts (longest first) and ids: all_special_* plus special added tokens."""
+    """Control-token texts (longest first) and ids: all_special_*, special added tokens, and added
+    tokens that read like markers though not marked special."""
     texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
     ids = set(getattr(tokenizer, "all_special_ids", None) or ())
     for ident, token in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items():
-        if getattr(token, "special", False) and isinstance(getattr(token, "content", None), str):
-            texts.add(token.content)
+        content = getattr(token, "content", None)
+        if not isinstance(content, str) or not content.strip():
+            continue
+        if getattr(token, "special", False) or _MARKER_LIKE.search(content):
+            texts.add(content)
             ids.add(ident)
     return sorted((t for t in texts if isinstance(t, str) and t), key=lambda t: (-len(t), t)), ids
 
