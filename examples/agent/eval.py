@@ -76,7 +76,7 @@ def score_item(item: dict[str, Any], result: RunResult) -> ItemScore:
         terms = item.get("key_args", {}).get(tool, [])
         texts = [json.dumps(a.arguments, ensure_ascii=False).lower() for a in calls if a.name == tool and a.arguments is not None]
         args_ok[tool] = any(all(_term_ok(t, text) for t in terms) for text in texts)
-    cut = sum(1 for s in result.steps if s.finish_reason == "length" and _looks_like_call(s.thought))
+    cut = sum(1 for s in result.steps if s.finish_reason == "length" and (s.cut_calls or _looks_like_call(s.thought)))
     return ItemScore(id=item["id"], question=item["question"], expected=expected, chosen=chosen,
                      exact=chosen == expected, args_ok=args_ok, iterations=result.iterations,
                      latency_s=result.latency_s, stopped_by_limit=result.stopped_by_limit,

@@ -67,6 +67,7 @@ class Step:
     model_latency_s: float = 0.0
     tools_latency_s: float = 0.0
     finish_reason: str | None = None
+    cut_calls: int = 0  # calls max_tokens cut before their arguments closed: not run, not sent back
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,8 +173,12 @@ class Agent:
         if response.usage is not None:
             result.prompt_tokens += response.usage.prompt_tokens
             result.completion_tokens += response.usage.completion_tokens
-        for call in message.tool_calls or ():
+        calls = list(message.tool_calls or ())
+        for i, call in enumerate(calls):
             arguments = _parse_arguments(call.function.arguments)
+            if arguments is None and choice.finish_reason == "length" and i == len(calls) - 1:
+                step.cut_calls += 1  # returned as far as it was written (the server's unfinished-call rule)
+                continue
             if arguments is None or call.function.name not in self.tools:
                 result.unparsable_calls += 1
             step.actions.append(Action(id=call.id, name=call.function.name, arguments=arguments,
@@ -181,7 +186,7 @@ class Agent:
         result.steps.append(step)
         if step.actions:
             messages.append({"role": "assistant", "content": message.content, "tool_calls": [
-                {"id": a.id, "type": "function", "function": {"name": a.name, "arguments": a.raw_arguments}}
+                {"id": a.id, "type": "function", "function": {"name": a.name, "arguments": _history_arguments(a)}}
                 for a in step.actions]})
         else:
             self._emit(step)
@@ -263,3 +268,12 @@ def _parse_arguments(raw: str | None) -> dict[str, Any] | None:
 
 def _error(tool: str, message: str) -> dict[str, Any]:
     return {"error": message, "tool": tool}
+
+
+def _history_arguments(action: Action) -> str:
+    """The call's arguments as the history sends them back. A call cut by ``max_tokens`` comes back
+    as far as it was written (not JSON); the server refuses such history, so it goes back as a JSON
+    object that keeps the text, and the tool's observation tells the model it was not run."""
+    if action.arguments is not None:
+        return action.raw_arguments
+    return json.dumps({"unparsed_arguments": action.raw_arguments})

@@ -30,12 +30,13 @@ export const SCHEMA_EXAMPLES = [
     },
   },
   {
-    name: "Refused by the server (fractional bound on an integer)",
-    prompt: "Give a small count as JSON.",
+    name: "Refused under strict (uniqueItems: no backend enforces it)",
+    prompt: "Give a few tags as JSON.",
     schema: {
       type: "object",
-      properties: { count: { type: "integer", maximum: 2.5 } },
-      required: ["count"],
+      properties: { tags: { type: "array", items: { type: "string" }, uniqueItems: true } },
+      required: ["tags"],
+      additionalProperties: false,
     },
   },
 ];

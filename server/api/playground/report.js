@@ -84,6 +84,10 @@ function renderReport(target, report, schemas) {
     sec.append(el("p", { class: item.compiles ? "ok" : "bad", text: item.compiles
       ? `✓ compiles${item.cached ? " (cached)" : ""}${item.compile_seconds !== null ? `, ${(item.compile_seconds * 1000).toFixed(1)} ms` : ""}`
       : `✗ the server refuses this schema: ${item.error}` }));
+    // Which grammar backend enforces it exactly (docs/schema_support.md), or why none does.
+    sec.append(el("p", { class: "backend " + (item.backend ? "ok" : "bad"), text: item.backend
+      ? `enforced exactly by ${item.backend}` + (item.tried && item.tried.length > 1 ? ` (tried ${item.tried.join(", ")})` : "")
+      : `no backend enforces it exactly: ${(item.problems || []).join("; ")}` }));
     const schema = schemas[i];
     if (schema !== undefined) {
       const view = jsonView(schema);
