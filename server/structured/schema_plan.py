@@ -142,7 +142,7 @@ def _decide(schema: dict[str, Any], *, guidance: bool) -> SchemaDecision:
     # stricter than the schema (every output still valid; some valid documents not writable).
     order: list[tuple[Backend, bool]] = [("xgrammar", not xg and not stricter), ("llguidance", not ll),
                                          ("xgrammar", not xg)]
-    backend: Backend | None = next((b for b, ok in order if ok and b in BACKENDS), None)
+    backend: Backend | None = next((b for b, ok in order if ok), None)
     return SchemaDecision(backend, normal, x_schema, tuple(ll), tuple(xg), tuple(report.entries),
                           tuple(stricter))
 
