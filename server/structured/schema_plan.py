@@ -177,30 +177,24 @@ _NO_CONSTRAINT = frozenset({"$id", "$schema", "$comment", "$anchor", "title", "d
                             "deprecated", "readOnly", "writeOnly", "format"})
 
 
-def _pointed(schema: Any, pointer: str = "") -> list[tuple[str, Any]]:
+def _pointed(schema: Any) -> list[tuple[str, Any]]:
     """Every subschema with its JSON pointer (``$defs`` included), iteratively."""
     from server.structured.schema_refs import escape_token
+    from server.structured.schema_support import child_schemas
 
     out: list[tuple[str, Any]] = []
-    stack: list[tuple[str, Any]] = [(pointer, schema)]
+    stack: list[tuple[str, Any]] = [("", schema)]
     while stack:
         where, node = stack.pop()
         if isinstance(node, bool):
             out.append((where, node))
-            continue
         if not isinstance(node, dict):
             continue
         out.append((where, node))
-        for k in ("additionalProperties", "items", "not", "if", "then", "else", "contains", "propertyNames",
-                  "unevaluatedProperties", "unevaluatedItems", "additionalItems"):
-            if isinstance(node.get(k), dict):
-                stack.append((f"{where}/{k}", node[k]))
-        for k in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+        stack.extend(child_schemas(node, where))
+        for k in ("$defs", "definitions"):
             if isinstance(node.get(k), dict):
                 stack.extend((f"{where}/{k}/{escape_token(n)}", sub) for n, sub in node[k].items())
-        for k in ("allOf", "anyOf", "oneOf", "prefixItems", "items"):
-            if isinstance(node.get(k), list):
-                stack.extend((f"{where}/{k}/{i}", sub) for i, sub in enumerate(node[k]))
     return out
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "analyze_schema",
     "normalize_schema",
     "walk_schemas",
+    "child_schemas",
 ]
 
 EXACT = "EXACT"
@@ -394,6 +395,11 @@ def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple
     if keyword in ("dependentRequired", "dependentSchemas", "dependencies") and not value:
         return EXACT, "no effect"
     return level, note
+
+
+def child_schemas(schema: dict[str, Any], pointer: str) -> Iterator[tuple[str, Any]]:
+    """The direct subschemas of ``schema`` with their JSON pointers (``$defs`` not included)."""
+    return _children(schema, pointer)
 
 
 def _children(schema: dict[str, Any], pointer: str) -> Iterator[tuple[str, Any]]:
