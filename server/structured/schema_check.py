@@ -15,7 +15,7 @@ from server.errors import APIError, validation_error
 from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest
 from server.structured.constraints import ConstraintError, check_schema
-from server.structured.from_request import BuiltConstraint, checked, schema_request
+from server.structured.from_request import BuiltConstraint, checked, schema_limits, schema_request
 from server.structured.schema_plan import SchemaDecision, decide_schema
 from server.structured.spec import Capabilities, constraint_spec
 
@@ -85,7 +85,7 @@ def check_schema_report(body: Any, *, cache: Any, caps: Capabilities | None = No
         # The request's own verdict (schema_plan): a response format may run on either backend; a
         # tool's arguments are always part of XGrammar's structural tag.
         tool = label != "schema"
-        decision = _decision(schema, guidance=guidance and not tool)
+        decision = _decision(schema, guidance=guidance and not tool, caps=caps or offline_capabilities())
         verdict = decision.report() if decision else {"backend": None, "exact": False, "tried": [], "problems": []}
         items.append({
             "name": label,
@@ -100,13 +100,15 @@ def check_schema_report(body: Any, *, cache: Any, caps: Capabilities | None = No
     return {"ok": all(i["strict_ok"] for i in items), "items": items}
 
 
-def _decision(schema: Any, *, guidance: bool) -> SchemaDecision | None:
-    """``decide_schema`` for a schema that passes the meta-schema (None: it does not)."""
+def _decision(schema: Any, *, guidance: bool, caps: Capabilities) -> SchemaDecision | None:
+    """``decide_schema`` for a schema within the server's caps that passes the meta-schema (None:
+    it does not, and the request is refused before any decision, as ``compiled`` says)."""
     if not isinstance(schema, dict):
         return None
     try:
+        schema_limits(caps.limits, schema, param="schema")
         check_schema(schema, "schema")
-    except ConstraintError:
+    except (ConstraintError, APIError):
         return None
     return decide_schema(schema, guidance=guidance)
 
