@@ -171,10 +171,13 @@ def served_tokenizer(folder: Path) -> Any:
 SERVED_BY_DEFAULT = ("deepseek_v31-deepseek_v4", "gpt_oss-o200k_harmony", "mistral-tekken")
 
 
+_SERVED = [r for r in ROWS if os.environ.get("GRAMSERVE_REAL_VOCAB_SERVERS") == "all" or r.id in SERVED_BY_DEFAULT]
+#: The server tests run on these rows only (indirect parametrisation of ``row``; nothing is skipped).
+on_served_rows = pytest.mark.parametrize("row", _SERVED, ids=[r.id for r in _SERVED], indirect=True, scope="module")
+
+
 @pytest.fixture(scope="module")
 def server(row: Row, folder: Path) -> Iterator[ServerProcess]:
-    if os.environ.get("GRAMSERVE_REAL_VOCAB_SERVERS") != "all" and row.id not in SERVED_BY_DEFAULT:
-        pytest.skip(f"{row.id}'s server runs with GRAMSERVE_REAL_VOCAB_SERVERS=all (bounded in make test)")
     srv = ServerProcess(["--api-key", API_KEY, "--model", str(folder), "--served-model-name", "standin",
                          "--tool-call-parser", row.parser, "--max-model-len", "4096", "--kv-cache-space", "1"],
                         log_name=f"vocab-{row.id}")
@@ -327,6 +330,7 @@ def _streamed(http: httpx.Client, body: dict[str, Any]) -> tuple[list[dict[str, 
     return [calls[i] for i in sorted(calls)], finish, usage
 
 
+@on_served_rows
 @pytest.mark.parametrize("choice", ["required", "named"])
 def test_a_forced_call_streams_and_parses_to_calls_that_fit_the_schema(row: Row, http: httpx.Client, choice: str,
                                                                       request: pytest.FixtureRequest) -> None:
@@ -346,6 +350,7 @@ def test_a_forced_call_streams_and_parses_to_calls_that_fit_the_schema(row: Row,
         [(c["function"]["name"], c["function"]["arguments"]) for c in calls], "streamed and whole differ (greedy)"
 
 
+@on_served_rows
 def test_the_servers_prompt_keeps_a_users_markers_as_text(row: Row, http: httpx.Client, folder: Path,
                                                           served_tokenizer: Any, request: pytest.FixtureRequest) -> None:
     """The server counts the prompt the in-process path builds (markers in the user's text as text)."""
@@ -360,7 +365,8 @@ def test_the_servers_prompt_keeps_a_users_markers_as_text(row: Row, http: httpx.
     _check_calls(calls, name=None)
 
 
-def test_the_servers_grammar_check_compiles_over_the_vocabulary_and_caches(http: httpx.Client) -> None:
+@on_served_rows
+def test_the_servers_grammar_check_compiles_over_the_vocabulary_and_caches(row: Row, http: httpx.Client) -> None:
     r1 = http.post("/v1/schemas/check", json={"tools": TOOLS})
     r2 = http.post("/v1/schemas/check", json={"tools": TOOLS})
     assert r1.status_code == r2.status_code == 200, r1.text
