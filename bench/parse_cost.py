@@ -1,6 +1,6 @@
 """CPU cost per token of the streamed parse (MessageStream), by output length.
 
-Feeds synthetic token streams through :class:`tool_parsers.message_stream.MessageStream`
+Feeds synthetic token streams through :class:`server.messages.message_stream.MessageStream`
 the way the chat service does (``_new_stream``: the tool parser only when the request has
 tools, the repeat guard on by default; ``feed`` per engine chunk, then ``finish``) and prints
 CPU microseconds per token at each output length. Flat rows mean amortised O(1) work per
@@ -113,7 +113,7 @@ def measure(tool: str | None, reasoning: str | None, tokens: list[str], *, repea
     from reasoning_parsers import get_reasoning_parser
     from tool_parsers import get_tool_parser
     try:
-        from tool_parsers.message_stream import MessageStream
+        from server.messages.message_stream import MessageStream
     except ImportError:  # a revision from before it moved (--before)
         from server.chat.message_stream import MessageStream  # type: ignore[no-redef]
 

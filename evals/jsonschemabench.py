@@ -65,7 +65,7 @@ DEFAULT_DATA = testdata_root() / "jsonschemabench"
 #: errors, not counted against declared coverage. Every other 400 is a refusal of the schema.
 NON_SCHEMA_400_CODES = frozenset(
     {"context_length_exceeded", "invalid_json", "missing_required_parameter", "model_not_found",
-     "request_too_large", "invalid_api_key", "too_many_tools", "tools_unsupported"})
+     "request_too_large", "invalid_api_key", "too_many_tools", "tools_unsupported", "max_tokens_too_small"})
 _CONTEXT_WORDS = ("maximum context length", "context length", "too long")
 
 #: Declared coverage per subset published in JSONSchemaBench (arXiv 2501.10868), as fractions.

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-__all__ = ["main"]
+if TYPE_CHECKING:  # pragma: no cover
+    from server.config import Settings
+
+__all__ = ["main", "serve"]
 
 USAGE = """usage: gramserve COMMAND [options]
 
@@ -16,6 +20,20 @@ commands:
 """
 
 
+def serve(settings: Settings) -> int:
+    """The process-level choice: one process, or ``--api-server-count`` API processes on one engine."""
+    from server.logs import configure_logging
+
+    configure_logging()
+    if settings.api_server_count > 1:
+        from server.api_servers import serve_api_servers
+
+        return serve_api_servers(settings)
+    from server.runner import serve_one_process
+
+    return serve_one_process(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
@@ -24,7 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = args[0], args[1:]
     if cmd == "serve":
         from server.config import settings_from_args
-        from server.runner import serve
 
         return serve(settings_from_args(rest))
     if cmd == "prepare-model":
@@ -37,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return check_schema_main(rest)
     if cmd == "parse":  # no engine, no model: only the parsers are imported
-        from tool_parsers.replay_cli import main as parse_main
+        from server.messages.replay_cli import main as parse_main
 
         return parse_main(rest)
     print(f"unknown command {cmd!r}\n\n{USAGE}", file=sys.stderr)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,11 +72,11 @@ class Settings:
     metrics_require_auth: bool = option(False, "require an API key on /metrics too", action="store_true")
     chat_template: str | None = option(None, "Jinja file, inline Jinja, or a built-in template's name")
     tool_call_parser: str | None = option(
-        "auto", "tool-call family in vLLM's spelling (hermes, qwen3_coder, deepseek_v31, kimi_k2, glm45, "
-        "llama3_json, mistral, ...: see docs/tool_calling.md), auto (from the chat template) or none")
+        "auto", "tool-call family in vLLM's spelling ({tool_parsers}: see docs/tool_calling.md), auto (from "
+        "the chat template) or none")
     reasoning_parser: str | None = option(
-        "auto", "reasoning parser in vLLM's spelling (qwen3, deepseek_r1, deepseek_v3, glm45, kimi_k2, mistral, ...), "
-        "auto (the tool-call family's, when the chat template thinks) or none")
+        "auto", "reasoning parser in vLLM's spelling ({reasoning_parsers}), auto (the tool-call family's, "
+        "when the chat template thinks) or none")
     reasoning_field: str = option("reasoning_content", "where reasoning goes in messages",
                                   choices=("reasoning_content", "reasoning", "both"))
     reasoning_required: bool = option(
@@ -139,6 +140,13 @@ class Settings:
                                            action="append")
     log_prompts: bool = option(False, "include prompts in logs (off by default)", action="store_true")
     trust_remote_code: bool = option(False, "let the model folder run its own code", action="store_true")
+    enable_auto_tool_choice: bool = option(
+        False, "accepted so that vllm serve command lines carry over: tool_choice auto is always on here",
+        action="store_true")
+    #: Every other ``vllm serve`` engine flag (``--quantization``, ``--kv-cache-dtype``, ``--enable-prefix-caching``,
+    #: ``--speculative-config``, ...), parsed by vLLM's own ``AsyncEngineArgs`` definitions: (field, value) pairs
+    #: that differ from vLLM's defaults, handed to the engine as they are.
+    engine_args: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), metadata={})
 
     @property
     def model_name(self) -> str:
@@ -178,13 +186,23 @@ def _env_default(f: dataclasses.Field, raw: str) -> Any:
     return meta["type"](raw) if meta["type"] else raw
 
 
+def _help(text: str) -> str:
+    """A flag's help, with the family lists read from the parser registries (never copied by hand)."""
+    if "{tool_parsers}" not in text and "{reasoning_parsers}" not in text:
+        return text
+    from reasoning_parsers import REASONING_PARSERS
+    from tool_parsers import TOOL_PARSERS
+
+    return text.format(tool_parsers=", ".join(TOOL_PARSERS), reasoning_parsers=", ".join(REASONING_PARSERS))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """``gramserve serve``'s flags, one per :class:`Settings` field; ``GRAMSERVE_*`` values are defaults."""
     p = argparse.ArgumentParser(prog="gramserve serve", description="Serve a model with an OpenAI-compatible API.")
-    for f in dataclasses.fields(Settings):
+    for f in _option_fields():
         meta = f.metadata["option"]
         names = [_flag(f)] + ([meta["short"]] if meta["short"] else [])
-        kwargs: dict[str, Any] = {"dest": f.name, "help": meta["help"]}
+        kwargs: dict[str, Any] = {"dest": f.name, "help": _help(meta["help"])}
         default = f.default
         if meta["action"] == "append":
             kwargs["action"] = "append"
@@ -203,9 +221,39 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _option_fields() -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(Settings) if "option" in f.metadata]
+
+
+def vllm_engine_args(argv: list[str]) -> tuple[tuple[str, Any], ...]:
+    """``argv`` (flags gramserve does not declare) read by vLLM's own engine-argument parser: the
+    fields that differ from vLLM's defaults. A flag vLLM does not know either is an error."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser(prog="gramserve serve"))
+    ns, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise SystemExit(f"gramserve serve: unrecognized arguments (neither gramserve's nor vLLM's engine "
+                         f"flags): {' '.join(unknown)}")
+    given, default = AsyncEngineArgs.from_cli_args(ns), AsyncEngineArgs.from_cli_args(parser.parse_args([]))
+    return tuple((f.name, getattr(given, f.name)) for f in dataclasses.fields(given)
+                 if getattr(given, f.name) != getattr(default, f.name))
+
+
 def settings_from_args(argv: list[str] | None = None) -> Settings:
-    ns = vars(build_parser().parse_args(argv))
-    for f in dataclasses.fields(Settings):
+    """Settings from ``gramserve serve``'s arguments: ``[MODEL] [flags]`` as ``vllm serve`` takes them (the
+    model first, or ``--model``); flags gramserve does not declare go to :func:`vllm_engine_args`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    model_tag = args.pop(0) if args and not args[0].startswith("-") else None
+    known, rest = build_parser().parse_known_args(args)
+    ns = vars(known)
+    if model_tag is not None:
+        if ns["model"] is not None and ns["model"] != model_tag:
+            raise SystemExit(f"gramserve serve: the model is given twice ({model_tag!r} and --model {ns['model']!r})")
+        ns["model"] = model_tag
+    ns["engine_args"] = vllm_engine_args(rest) if rest else ()
+    for f in _option_fields():
         if f.metadata["option"]["action"] == "append":
             fallback = ns.pop("_fallback_" + f.name)
             ns[f.name] = tuple(fallback if ns[f.name] is None else ns[f.name])

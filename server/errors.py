@@ -60,6 +60,7 @@ CATALOG: dict[str, ErrorKind] = {
     "invalid_schema": ErrorKind(400),
     "unsupported_schema": ErrorKind(400),
     "invalid_constraint": ErrorKind(400),
+    "max_tokens_too_small": ErrorKind(400),  # below the shortest complete answer (budget-aware closing)
     "too_many_tools": ErrorKind(400, param="tools"),
     "tools_unsupported": ErrorKind(400, param="tools"),
     "schema_too_large": ErrorKind(400),

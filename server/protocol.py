@@ -218,6 +218,9 @@ class _SamplingFields(_Lenient):
     max_tokens: int | None = Field(default=None, ge=1)
     ignore_eos: bool = False
     logit_bias: dict[str, float] | None = None  # token id (as a string) -> bias in [-100, 100]
+    # Budget-aware closing (docs/schema_support.md): None = the default (on for strict json_schema
+    # and required / named tool calls), true = also for any other constraint, false = off.
+    close_within_budget: bool | None = Field(default=None, strict=True)
 
     @field_validator("logit_bias")
     @classmethod

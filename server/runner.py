@@ -26,7 +26,8 @@ from server.state import ServerState
 if TYPE_CHECKING:  # pragma: no cover - vllm_engine imports vLLM, loaded only when an engine starts
     from server.engine.vllm_engine import EngineOptions
 
-__all__ = ["serve", "serve_api_process", "engine_options", "build_state", "set_engine_environment", "freeze_startup_heap"]
+__all__ = ["serve_one_process", "serve_api_process", "engine_options", "build_state", "set_engine_environment",
+           "freeze_startup_heap"]
 
 log = logging.getLogger("gramserve")
 
@@ -81,6 +82,7 @@ def engine_options(settings: Settings) -> EngineOptions:
         enable_chunked_prefill=False if cpu else None,
         max_num_batched_tokens=max(max_model_len or 0, 2048) if cpu else None,  # an int on CPU
         break_loops=settings.loop_breaker,
+        engine_args=settings.engine_args,
     )
 
 
@@ -213,12 +215,8 @@ def freeze_startup_heap() -> int:
     return count
 
 
-def serve(settings: Settings) -> int:
-    configure_logging()
-    if settings.api_server_count > 1:
-        from server.api_servers import serve_api_servers
-
-        return serve_api_servers(settings)
+def serve_one_process(settings: Settings) -> int:
+    """The whole server in this process (``--api-server-count 1``; logging configured by the caller)."""
     return asyncio.run(_serve(settings))
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reasoning_parsers.base import ReasoningParser
 from server.config import Settings
@@ -12,7 +12,6 @@ from tool_parsers.base import ToolParser
 
 if TYPE_CHECKING:  # types only (never imported at run time, so the layers still run down)
     from server.chat.render import ChatRenderer
-    from server.structured.from_request import BuiltConstraint
     from server.structured.grammar_cache import GrammarCache
 
 __all__ = ["ServerState", "check_model"]
@@ -32,8 +31,9 @@ class ServerState:
     in_flight: int = 0  # generation requests being served (the drain waits for 0)
     running: set[str] = field(default_factory=set)  # engine request ids now generating
     cut: bool = False  # the drain limit passed: running requests were aborted and reported so
-    # built constraints by their ConstraintSpec (server.structured.from_request.new_constraint_memo)
-    constraint_memo: BoundedLRU[str, BuiltConstraint] | None = None
+    # built constraints by their ConstraintSpec (server.structured.from_request.new_constraint_memo;
+    # typed there: naming its type here would draw a circle between the two modules)
+    constraint_memo: BoundedLRU[str, Any] | None = None
 
     def enter(self) -> None:
         self.in_flight += 1

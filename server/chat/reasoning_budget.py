@@ -89,6 +89,13 @@ def plan_reasoning_budget(state: ServerState, req: ChatCompletionRequest) -> Rea
                            think_constraint=think)
 
 
+def answer_floor(state: ServerState, constraint: Constraint | None) -> int | None:
+    """The shortest answer's tokens when the answer closes within its budget, else None."""
+    if constraint is None or not constraint.closes or state.grammar_cache is None:
+        return None
+    return state.grammar_cache.min_tokens(constraint)
+
+
 async def budgeted_chunks(state: ServerState, gen: GenerateRequest, budget: ReasoningBudget, *,
                           run: Runner) -> AsyncGenerator[TokenChunk, None]:
     """The chunks of a capped request, as if one engine request had produced them.
@@ -100,6 +107,10 @@ async def budgeted_chunks(state: ServerState, gen: GenerateRequest, budget: Reas
     start_tokens = len(tok.encode(budget.start, add_special_tokens=False)) if budget.start else 0
     end_tokens = len(tok.encode(budget.end, add_special_tokens=False))
     think_max = min(s.max_tokens, budget.cap + start_tokens)
+    # budget-aware closing: the think block ends early enough to leave the shortest answer its room
+    floor = answer_floor(state, gen.constraint)
+    if floor is not None:
+        think_max = max(1, min(think_max, s.max_tokens - end_tokens - floor))
     texts = [""] * s.n
     used = [0] * s.n
     answer_next: list[int] = []

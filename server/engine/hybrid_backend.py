@@ -17,6 +17,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from server.engine.budget_grammar import BudgetTables, make_budget_grammar
+from server.engine.budget_plan import BudgetHeader, split_budget_spec
+
 __all__ = ["GUIDANCE_JSON_PREFIX", "guidance_grammar_text", "guidance_schema_text", "hybrid_backend_class"]
 
 #: How a JSON Schema for llguidance travels as vLLM's ``grammar``: this prefix, then the schema.
@@ -73,11 +76,35 @@ def _make_class() -> type:
 
         def compile_grammar(self, request_type: Any, grammar_spec: str,
                             stop_token_ids: set[int] | None = None) -> Any:
+            budgeted = split_budget_spec(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
+            if budgeted is not None:
+                return self._budgeted(budgeted[0], budgeted[1], stop_token_ids)
             schema = guidance_schema_text(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
             if schema is None:
                 return super().compile_grammar(request_type, grammar_spec, stop_token_ids=stop_token_ids)
             # GuidanceBackend compiles JSON with vLLM's whitespace option, as XGrammar does here.
             return self._guidance_backend().compile_grammar(StructuredOutputOptions.JSON, schema)
+
+        def _budgeted(self, header: BudgetHeader, inner_spec: str, stop_token_ids: set[int] | None) -> Any:
+            """The inner spec's grammar behind ``header``'s budget (server/engine/budget_grammar.py)."""
+            kinds = {"json": StructuredOutputOptions.JSON, "json_object": StructuredOutputOptions.JSON_OBJECT,
+                     "regex": StructuredOutputOptions.REGEX, "grammar": StructuredOutputOptions.GRAMMAR,
+                     "structural_tag": StructuredOutputOptions.STRUCTURAL_TAG}
+            if header.kind not in kinds:
+                raise ValueError(f"budget header names an unknown spec kind {header.kind!r}")
+            inner = self.compile_grammar(kinds[header.kind], inner_spec, stop_token_ids=stop_token_ids)
+            info = self._tokenizer_info()
+            words = (self.vocab_size + 31) // 32
+            tables = BudgetTables.of(id(info), lambda: BudgetTables(
+                list(info.decoded_vocab), special=list(info.special_token_ids), words=words))
+            stops = sorted(stop_token_ids) if stop_token_ids else list(info.stop_token_ids)
+            return make_budget_grammar(inner, header, tables, stops)
+
+        def _tokenizer_info(self) -> Any:
+            info = getattr(self, "_budget_info", None)
+            if info is None:  # the compiler's own TokenizerInfo (XgrammarBackend keeps no handle on it)
+                info = self._budget_info = self.compiler.compile_builtin_json_grammar().tokenizer_info
+            return info
 
         def destroy(self) -> None:
             super().destroy()

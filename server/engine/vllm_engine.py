@@ -23,13 +23,15 @@ from server.engine.base import (
     TokenLogprob,
     TopLogprob,
 )
+from server.engine.budget_plan import BudgetHeader, split_budget_spec
 from server.engine.hybrid_backend import guidance_grammar_text, guidance_schema_text
 from server.engine.loop_breaker import EXTRA_ARG as BREAK_LOOPS
 from server.engine.loop_breaker import FQCN as LOOP_BREAKER
 from server.engine.vllm_plugin import ENV_FLAG as ENGINE_PLUGIN_FLAG
 from server.lru import BoundedLRU
 
-__all__ = ["EngineOptions", "VllmEngine", "engine_config", "remember_validated_grammars", "structured_outputs_params"]
+__all__ = ["EngineOptions", "VllmEngine", "engine_args", "engine_config", "remember_validated_grammars",
+           "structured_outputs_params"]
 
 log = logging.getLogger("gramserve.engine")
 
@@ -54,15 +56,25 @@ class EngineOptions:
     enable_chunked_prefill: bool | None = None  # None: vLLM's default
     max_num_batched_tokens: int | None = None
     break_loops: bool = False  # close JSON values the model repeats without end (loop_breaker.py)
+    engine_args: tuple[tuple[str, Any], ...] = ()  # every other vllm serve engine flag (Settings.engine_args)
 
 
-def engine_config(options: EngineOptions, *, api_processes: int = 1, api_rank: int = 0) -> Any:
-    """vLLM's config for these options: built once per process, and by the parent of several API
-    processes (``--api-server-count``) with ``api_rank=-1`` to launch the one engine core they share."""
+#: Engine arguments gramserve sets itself: its grammar backend and sampling defaults depend on them.
+_OWN_ENGINE_ARGS = frozenset({"structured_outputs_config", "generation_config", "model"})
+
+
+def engine_args(options: EngineOptions) -> Any:
+    """vLLM's ``AsyncEngineArgs`` for these options: gramserve's own, then every other ``vllm serve``
+    engine flag the command line gave (``options.engine_args``) as vLLM parsed it."""
+    import dataclasses
+
     from vllm.config import StructuredOutputsConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.usage.usage_lib import UsageContext
 
+    owned = sorted(name for name, _ in options.engine_args if name in _OWN_ENGINE_ARGS)
+    if owned:
+        raise ValueError(f"gramserve sets {', '.join(owned)} itself (its grammar backend and sampling defaults "
+                         "depend on them); drop the flag")
     args = AsyncEngineArgs(
         model=options.model,
         tokenizer=options.tokenizer,
@@ -86,6 +98,15 @@ def engine_config(options: EngineOptions, *, api_processes: int = 1, api_rank: i
         generation_config="vllm",  # our defaults, not the model's sampling overrides
         enable_log_requests=False,
     )
+    return dataclasses.replace(args, **dict(options.engine_args)) if options.engine_args else args
+
+
+def engine_config(options: EngineOptions, *, api_processes: int = 1, api_rank: int = 0) -> Any:
+    """vLLM's config for these options: built once per process, and by the parent of several API
+    processes (``--api-server-count``) with ``api_rank=-1`` to launch the one engine core they share."""
+    from vllm.usage.usage_lib import UsageContext
+
+    args = engine_args(options)
     args._api_process_count, args._api_process_rank = api_processes, api_rank  # as vLLM's own API servers
     config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)  # once: the breaker's check reads it
     if options.break_loops and _runs_v1_model_runner(config):
@@ -196,7 +217,8 @@ class VllmEngine:
             skip_special_tokens=s.skip_special_tokens,
             logit_bias=dict(s.logit_bias) or None,
             output_kind=RequestOutputKind.DELTA,
-            structured_outputs=structured_outputs_params(req.constraint) if req.constraint else None,
+            structured_outputs=(structured_outputs_params(req.constraint, max_tokens=s.max_tokens)
+                                if req.constraint else None),
             extra_args={BREAK_LOOPS: True} if self._break_loops and _holds_json(req.constraint) else None,
         )
 
@@ -217,10 +239,16 @@ class VllmEngine:
         self._llm.shutdown()
 
 
-def structured_outputs_params(constraint: Any) -> Any:
-    """vLLM's ``StructuredOutputsParams`` for one of our engine-neutral ``Constraint``s."""
+def structured_outputs_params(constraint: Any, *, max_tokens: int | None = None) -> Any:
+    """vLLM's ``StructuredOutputsParams`` for one of our engine-neutral ``Constraint``s; a
+    constraint that closes within the budget travels wrapped in its budget header
+    (``server/engine/budget_grammar.py`` reads it in the engine)."""
     from vllm.sampling_params import StructuredOutputsParams
 
+    if getattr(constraint, "closes", False) and max_tokens and constraint.kind != "choice":
+        kind, inner = _inner_spec(constraint)
+        header = BudgetHeader(max_tokens=max_tokens, kind=kind, closers=tuple(constraint.closers))
+        return StructuredOutputsParams(grammar=header.wrap(inner))
     kind, value = constraint.kind, constraint.value
     if kind == "json" and constraint.backend == "llguidance":  # the hybrid backend's marked grammar
         return StructuredOutputsParams(grammar=guidance_grammar_text(constraint.text()))
@@ -237,6 +265,18 @@ def structured_outputs_params(constraint: Any) -> Any:
     if kind == "structural_tag":
         return StructuredOutputsParams(structural_tag=json.dumps(value, ensure_ascii=False))
     raise ValueError(f"unknown constraint kind {kind!r}")
+
+
+def _inner_spec(constraint: Any) -> tuple[str, str]:
+    """The (vLLM option, spec text) that a budget header wraps."""
+    kind, value = constraint.kind, constraint.value
+    if kind == "json" and constraint.backend == "llguidance":
+        return "grammar", guidance_grammar_text(constraint.text())
+    if kind in ("json", "structural_tag"):
+        return kind, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    if kind == "json_object":
+        return kind, ""
+    return kind, value  # regex, grammar: their text
 
 
 _VALIDATED_MAX = 1024  # grammar specs remembered as valid (LRU)
@@ -265,8 +305,9 @@ def remember_validated_grammars() -> None:
     passed: BoundedLRU[tuple[str, str], bool] = BoundedLRU(max_entries=_VALIDATED_MAX, max_chars=32 << 20)
 
     def validate(sampling_params: Any) -> None:
-        if guidance_schema_text(getattr(sampling_params.structured_outputs, "grammar", None) or "") is not None:
-            return  # for llguidance: gramserve checked it with llguidance; XGrammar's check does not apply
+        grammar = getattr(sampling_params.structured_outputs, "grammar", None) or ""
+        if guidance_schema_text(grammar) is not None or split_budget_spec(grammar) is not None:
+            return  # llguidance's or budgeted: gramserve compiled it itself; XGrammar's check does not apply
         key = _spec_key(sampling_params.structured_outputs)
         if key is not None and passed.get(key):
             return

@@ -23,6 +23,7 @@ from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore
 from server.responses.translate import ChatPlan, rename_error, to_chat
 from server.state import ServerState, check_model
+from server.structured.budget import check_floor, closing_constraint
 from server.structured.from_request import capabilities, request_constraint
 from server.structured.spec import ConstraintSpec, ToolSpec, constraint_spec, prompt_tools
 
@@ -158,6 +159,9 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
     # is then the answer alone, without the reasoning prefix.
     spec = constraint_spec(req, capabilities(state), think=reasoning_budget is None)
     built = request_constraint(state, spec)
+    budget_param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+    constraint = closing_constraint(req, spec, built)
+    check_floor(state.grammar_cache, constraint, max_tokens, param=budget_param)
     sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
                          skip_special_tokens=not ((tools or (state.tool_parser is not None and state.tool_parser.channels))
                                                   and _markers_special(state)))
@@ -166,7 +170,7 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
     callable_names = spec.tools.names if spec.tools else ()
     tool_schemas = {n: p or {} for n, p in spec.tools.tools if n in callable_names} if spec.tools else {}
     gen = checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,
-                                                constraint=built.constraint))
+                                                constraint=constraint))
     return RequestPlan(
         api=api, request=req, id=rid, created=int(time.time()), prompts=(Prompt(prompt, prompt_ids, gen),),
         spec=spec, json_schema=built.schema, strict=built.strict,
@@ -219,13 +223,15 @@ def _completion_plan(state: ServerState, req: CompletionRequest) -> RequestPlan:
     check_model(state, req.model)
     spec = constraint_spec(req, capabilities(state))
     built = request_constraint(state, spec)
+    constraint = closing_constraint(req, spec, built)
     prompts = []
     for text, ids in _prompts(state, req):
         max_tokens = completion_budget(state.engine.max_model_len, len(ids), req.max_tokens,
                                        param="max_tokens", prompt_param="prompt")
+        check_floor(state.grammar_cache, constraint, max_tokens, param="max_tokens")
         sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=req.logprobs)
         rid = "cmpl-" + uuid.uuid4().hex
         prompts.append(Prompt(text, ids, checked(state.engine, GenerateRequest(
-            request_id=rid, prompt_token_ids=ids, sampling=sampling, constraint=built.constraint))))
+            request_id=rid, prompt_token_ids=ids, sampling=sampling, constraint=constraint))))
     return RequestPlan(api="completions", request=req, id=prompts[0].gen.request_id, created=int(time.time()),
                        prompts=tuple(prompts), spec=spec)

@@ -13,11 +13,12 @@ from typing import Any
 from server.chat.custom_tools import InputStream, custom_input
 from server.chat.sse import DONE, ContentFrames, chunk, sse_event
 from server.chat.stream_guard import guarded_stream
+from server.messages.openai_message import assistant_message, call_delta, function_call, opening, text_delta
 from server.plan.build import RequestPlan
 from server.plan.run import Choice, ChoiceUpdate, Run
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
-from tool_parsers.openai_message import assistant_message, call_delta, function_call, opening, text_delta
+from server.structured.budget import CLOSED_BY_BUDGET
 
 __all__ = ["SCHEMA_VALIDATED", "chat_response", "chat_stream"]
 
@@ -78,8 +79,10 @@ async def chat_response(state: ServerState, plan: RequestPlan) -> tuple[dict[str
             ch.stream.finish()
             final, outcome = run.check(ch)
             reason = ch.finish_reason(final)
+            closed = run.closed(ch, final, outcome)
         else:
             final, outcome, reason = u.final, u.schema_validated, u.finish_reason or "stop"
+            closed = u.closed_by_budget
         out = {
             "index": ch.index,
             "message": _message(state, final, legacy=ch.legacy, custom=ch.custom),
@@ -89,6 +92,8 @@ async def chat_response(state: ServerState, plan: RequestPlan) -> tuple[dict[str
         if outcome is not None:
             out[SCHEMA_VALIDATED] = outcome
             outcomes.append(outcome)
+        if closed:
+            out[CLOSED_BY_BUDGET] = True
         out_choices.append(out)
     if outcomes:  # one outcome per choice, in index order
         headers["x-gramserve-schema-validated"] = ",".join(outcomes)
@@ -202,6 +207,8 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
                     last = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": u.finish_reason}
                     if u.schema_validated is not None:  # a stream has no headers left: the finish chunk says it
                         last[SCHEMA_VALIDATED] = u.schema_validated
+                    if u.closed_by_budget:
+                        last[CLOSED_BY_BUDGET] = True
                     events.append(frame([last]))
                 if events:
                     yield events[0] if len(events) == 1 else b"".join(events)

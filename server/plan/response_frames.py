@@ -28,6 +28,7 @@ from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore, StoredResponse
 from server.responses.translate import input_items, output_messages
 from server.state import ServerState
+from server.structured.budget import CLOSED_BY_BUDGET
 
 __all__ = ["response_body", "response_stream"]
 
@@ -59,7 +60,16 @@ def _usage(chat_usage: dict[str, Any]) -> dict[str, Any]:
 
 
 def _response(state: ServerState, pr: ResponsesPlan, *, status: str, output: list[dict[str, Any]],
-              usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+              usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
+              closed_by_budget: bool = False) -> dict[str, Any]:
+    body = _body(state, pr, status=status, output=output, usage=usage, error=error)
+    if closed_by_budget:  # incomplete by the budget, yet complete and valid (docs/schema_support.md)
+        body[CLOSED_BY_BUDGET] = True
+    return body
+
+
+def _body(state: ServerState, pr: ResponsesPlan, *, status: str, output: list[dict[str, Any]],
+          usage: dict[str, Any] | None, error: dict[str, Any] | None) -> dict[str, Any]:
     req = pr.request
     return {
         "id": pr.id, "object": "response", "created_at": pr.created_at, "status": status, "background": False,
@@ -133,7 +143,7 @@ async def response_body(state: ServerState, store: ResponseStore,
         raise internal_error()
     status = "incomplete" if last.finish_reason == "length" else "completed"
     output = _output(last.final, item_status=status, custom=_custom(plan))
-    body = _response(state, pr, status=status, output=output, usage=usage)
+    body = _response(state, pr, status=status, output=output, usage=usage, closed_by_budget=last.closed_by_budget)
     _store(store, pr, body)
     headers = {"x-gramserve-schema-validated": last.schema_validated} if last.schema_validated else {}
     return body, headers
@@ -275,6 +285,7 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
     yield ev.emit("response.in_progress", response=_response(state, pr, status="in_progress", output=[]))
     run = Run(state, plan, streaming=True)
     finish = "stop"
+    closed = False
     try:
         async with contextlib.aclosing(run.updates()) as updates:
             async for u in updates:
@@ -290,6 +301,7 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
                         out += ev.call(call)
                 if u.finish_reason:
                     finish = u.finish_reason
+                    closed = u.closed_by_budget
                     if not ev.output and ev.open is None:  # an empty answer is an empty message
                         out += ev.content("")
                 if out:
@@ -300,6 +312,6 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
         usage = _usage(run.usage())
     finally:
         run.timer.close()
-    body = _response(state, pr, status=status, output=ev.output, usage=usage)
+    body = _response(state, pr, status=status, output=ev.output, usage=usage, closed_by_budget=closed)
     _store(store, pr, body)
     yield ev.emit(f"response.{status}", response=body)

@@ -20,11 +20,12 @@ from server.chat.reasoning_budget import budgeted_chunks
 from server.chat.stream_guard import abort_shielded
 from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk
 from server.errors import APIError, bad_request
+from server.messages.message_stream import MessageDelta, MessageStream
+from server.messages.openai_message import finish_reason
 from server.plan.build import Prompt, RequestPlan
 from server.protocol import ChatCompletionRequest, usage_dict
 from server.state import ServerState
-from tool_parsers.message_stream import MessageDelta, MessageStream
-from tool_parsers.openai_message import finish_reason
+from server.structured.budget import closed_by_budget
 
 __all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "run_engine"]
 
@@ -103,6 +104,7 @@ class ChoiceUpdate:
     finish_reason: str | None = None
     final: Any = None
     schema_validated: str | None = None
+    closed_by_budget: bool = False  # the budget ended it, the grammar closed it: complete
 
 
 @dataclass
@@ -180,7 +182,11 @@ class Run:
             deltas.append(last)
         final, outcome = self.check(ch)
         return ChoiceUpdate(ch, deltas, c.text, list(c.logprobs), finish_reason=ch.finish_reason(final),
-                            final=final, schema_validated=outcome)
+                            final=final, schema_validated=outcome, closed_by_budget=self.closed(ch, final, outcome))
+
+    def closed(self, choice: Choice, final: Any, outcome: str | None) -> bool:
+        """Whether the budget ended this choice and the grammar closed it complete."""
+        return closed_by_budget(self.plan.gen.constraint, choice.finish, final, outcome)
 
     def check(self, choice: Choice) -> tuple[Any, str | None]:
         """The finishing step of one parsed choice, the same streamed or not: tool-call outcomes
@@ -191,8 +197,11 @@ class Run:
         self._checker.check(final, self.plan.tool_schemas)
         outcome = None
         if self.plan.json_schema is not None and not final.tool_calls:  # the format governs text answers only
+            closes = self.plan.gen.constraint is not None and self.plan.gen.constraint.closes
             outcome = validate_json_output(final.content or "", self.plan.json_schema,
-                                           finished=choice.finish != "length")
+                                           finished=choice.finish != "length" or closes)
+            if outcome == "invalid" and choice.finish == "length":
+                outcome = "skipped_length"  # closing did not fit: cut, as without it
         return final, outcome
 
     async def to_end(self) -> list[ChoiceUpdate]:

@@ -38,4 +38,5 @@ class ResponsesRequest(BaseModel):
     # vLLM-style extras, as on chat
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     ignore_eos: bool = False
+    close_within_budget: bool | None = Field(default=None, strict=True)  # budget-aware closing, as on chat
     chat_template_kwargs: dict[str, Any] | None = None

@@ -187,6 +187,7 @@ def to_chat(req: ResponsesRequest, *, history: Sequence[dict[str, Any]] = ()) ->
         "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
         "response_format": _response_format(req.text), "max_completion_tokens": req.max_output_tokens,
         "temperature": req.temperature, "top_p": req.top_p, "seed": req.seed, "ignore_eos": req.ignore_eos,
+        "close_within_budget": req.close_within_budget,
         "chat_template_kwargs": req.chat_template_kwargs,
         "reasoning_effort": _effort((req.reasoning or {}).get("effort")),
     }

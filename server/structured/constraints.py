@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from reasoning_parsers.base import thinking_on
 from server.config import MAX_SCHEMA_DEPTH
+from server.engine.budget_plan import BUDGET_PREFIX
 from server.lru import BoundedLRU
 from server.structured.errors import ConstraintError
+from server.structured.tool_choice import read_tool_choice
 from server.structured.tool_grammar import (
     EMPTY_OBJECT,
     const,
@@ -103,6 +105,10 @@ class Constraint:
     #: The compiler that enforces it: "xgrammar", or "llguidance" for a JSON schema that only
     #: llguidance enforces exactly (``schema_plan.decide_schema``; the engine's hybrid backend).
     backend: Backend = "xgrammar"
+    #: Budget-aware closing (``server/structured/budget.py``): the engine ends the answer validly
+    #: within ``max_tokens``; ``closers`` are the texts that may end its free text.
+    closes: bool = False
+    closers: tuple[str, ...] = ()
 
     def text(self) -> str:
         """The value as compact JSON (key order kept: property order is part of the grammar)."""
@@ -240,6 +246,9 @@ def _check_grammar(grammar: Any, param: str) -> str:
         raise ConstraintError(f"{param} must be a non-empty grammar string.", param)
     if grammar.lstrip().startswith("%llguidance"):  # the engine's marker for a schema sent to llguidance
         raise ConstraintError(f"{param}: llguidance grammars are not accepted; send a Lark or EBNF grammar.", param)
+    if grammar.lstrip().startswith(BUDGET_PREFIX.strip()):  # the engine's marker for a budget header
+        raise ConstraintError(f"{param}: a grammar may not start with {BUDGET_PREFIX.strip()!r}; send a Lark or "
+                              "EBNF grammar (ask for budget-aware closing with close_within_budget).", param)
     lark = _is_lark(grammar)
     try:
         parsed = xgr.Grammar.from_lark(grammar) if lark else xgr.Grammar.from_ebnf(grammar)
@@ -433,50 +442,6 @@ def _tool_entries(tools: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     return entries
 
 
-def _allowed(tool_choice: Any, names: list[str]) -> list[str] | None:
-    """The allowed subset of an ``allowed_tools`` choice (None for any other choice)."""
-    if not (isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools"):
-        return None
-    allowed = list(tool_choice.get("names") or [])
-    unknown = [n for n in allowed if n not in names]
-    if unknown:
-        raise ConstraintError(f"tool_choice.allowed_tools names {', '.join(map(repr, unknown))}, which "
-                              f"{'is' if len(unknown) == 1 else 'are'} not in tools.", "tool_choice")
-    return allowed
-
-
-def _tool_mode(tool_choice: str | dict[str, Any] | None, names: list[str]) -> tuple[str, str | None]:
-    """('none'|'auto'|'required'|'named', named tool)."""
-    if isinstance(tool_choice, dict) and tool_choice.get("type") == "allowed_tools":
-        return str(tool_choice.get("mode") or "auto"), None
-    if tool_choice is None:
-        return ("auto", None) if names else ("none", None)
-    if isinstance(tool_choice, str):
-        if tool_choice not in ("none", "auto", "required"):
-            raise ConstraintError(
-                f"tool_choice {tool_choice!r} is not supported; use 'none', 'auto', 'required' or a named function.",
-                "tool_choice",
-            )
-        if tool_choice == "required" and not names:
-            raise ConstraintError("tool_choice 'required' needs at least one tool in 'tools'.", "tool_choice")
-        return (tool_choice if names else "none"), None
-    fn = tool_choice.get("function") if isinstance(tool_choice, dict) else None
-    name = fn.get("name") if isinstance(fn, dict) else None
-    if not isinstance(name, str) or not name:
-        raise ConstraintError(
-            "tool_choice must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}.",
-            "tool_choice",
-        )
-    if not names:
-        raise ConstraintError(f"tool_choice names the function {name!r} but no tools were given.", "tool_choice")
-    if name not in names:
-        raise ConstraintError(
-            f"tool_choice names the function {name!r}, which is not in tools (known: {', '.join(names)}).",
-            "tool_choice",
-        )
-    return "named", name
-
-
 def _finish(fmt: dict[str, Any], reasoning: ReasoningSpec | None, plain: Constraint | None) -> Constraint:
     """Prefix the reasoning block when asked, validate, and pick the simplest vLLM form."""
     if reasoning is None and plain is not None:
@@ -518,10 +483,10 @@ def constraint_from_request(
         response = _from_structured_outputs(structured_outputs, guidance_schema)
 
     entries = _tool_entries(tools or [])
-    mode, named = _tool_mode(tool_choice, [n for n, _ in entries])
-    allowed = _allowed(tool_choice, [n for n, _ in entries])
-    if allowed is not None:
-        entries = [e for e in entries if e[0] in allowed]
+    choice = read_tool_choice(tool_choice, [n for n, _ in entries])
+    mode, named = choice.mode, choice.named
+    if choice.allowed is not None:
+        entries = [e for e in entries if e[0] in choice.allowed]
 
     if mode == "none":
         if response is None:

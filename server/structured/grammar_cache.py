@@ -124,6 +124,10 @@ class GrammarCache:
         # interrupted). Each compile has its own daemon thread, so these never delay other
         # compiles; at most ``max_stuck`` may run at once.
         self._stuck: set[str] = set()
+        # budget-aware closing: the shortest answer's tokens per constraint (-1: none found)
+        self._mins: BoundedLRU[str, int] = BoundedLRU(max_entries=max_entries, max_chars=max_key_chars)
+        self._vocab_table: Any = None
+        self._ll_tok: Any = None
 
     @property
     def compiler(self) -> Any:
@@ -200,6 +204,65 @@ class GrammarCache:
         return CompileResult(False, self.compile_timeout_s, False,
                              f"The schema / grammar is too complex to compile within {self.compile_timeout_s:g} s; "
                              "simplify it (fewer alternatives, shallower nesting, smaller repetition bounds).")
+
+    def min_tokens(self, constraint: Constraint) -> int | None:
+        """The fewest tokens a complete answer under ``constraint`` takes (budget-aware closing's
+        floor: ``server/structured/budget.py``), worked out once per constraint and remembered;
+        None when no ending is found (then no floor is enforced)."""
+        key = constraint.cache_key() + "\x00" + "\x00".join(constraint.closers)
+        hit = self._mins.get(key)
+        if hit is not None:
+            return hit if hit >= 0 else None
+        found = self._min_tokens(constraint)
+        self._mins.put(key, -1 if found is None else found)
+        return found
+
+    def _min_tokens(self, constraint: Constraint) -> int | None:
+        import xgrammar as xgr
+
+        from server.engine.budget_grammar import GuidanceBytes, XGrammarBytes
+        from server.engine.budget_plan import shortest_completion
+
+        info = compile_constraint(self.compiler, Constraint("json_object", True)).tokenizer_info
+        vocab = self._vocab(info)
+        if constraint.backend == "llguidance":
+            import llguidance as llg
+
+            grammar = llg.LLMatcher.grammar_from_json_schema(
+                constraint.text(), defaults={"whitespace_flexible": not self.disable_any_whitespace})
+            matcher: Any = GuidanceBytes(llg.LLMatcher(self._ll_tokenizer(info), grammar), vocab)
+        else:
+            compiled = compile_constraint(self.compiler, constraint, disable_any_whitespace=self.disable_any_whitespace)
+            matcher = XGrammarBytes(xgr.GrammarMatcher(compiled))
+        data = shortest_completion(matcher, constraint.closers, look_ahead=True)
+        return None if data is None else vocab.count(data)
+
+    def _vocab(self, info: Any) -> Any:
+        from server.engine.budget_plan import Vocab
+
+        with self._lock:
+            if self._vocab_table is None:
+                self._vocab_table = Vocab([bytes(t) for t in info.decoded_vocab], special=info.special_token_ids)
+            return self._vocab_table
+
+    def _ll_tokenizer(self, info: Any) -> Any:
+        """An llguidance tokenizer over the same byte strings (built once)."""
+        import llguidance as llg
+
+        class _Tokens:  # what llguidance's TokenizerWrapper reads
+            def __init__(self) -> None:
+                self.tokens = [bytes(t) for t in info.decoded_vocab]
+                self.eos_token_id = (list(info.stop_token_ids) or [0])[0]
+                self.bos_token_id = None
+                self.special_token_ids: list[int] = []
+
+            def __call__(self, text: Any) -> list[int]:
+                raise NotImplementedError("the closing walk never tokenizes text")
+
+        with self._lock:
+            if self._ll_tok is None:
+                self._ll_tok = llg.LLTokenizer(llg.TokenizerWrapper(_Tokens()))
+            return self._ll_tok
 
     def close(self) -> None:
         """Forget cached outcomes (running compiles finish on their own daemon threads)."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from server.config import Settings
 from server.protocol import ChatCompletionRequest, CompletionRequest
 from server.structured.constraints import ReasoningSpec
+from server.structured.tool_choice import ToolChoice, ToolMode, read_tool_choice
 
 if TYPE_CHECKING:  # pragma: no cover
     from tool_parsers.base import CallFormat
@@ -23,7 +24,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["Capabilities", "ConstraintSpec", "Limits", "ToolSpec", "constraint_spec", "tool_spec", "prompt_tools"]
 
 AnyRequest = ChatCompletionRequest | CompletionRequest
-ToolMode = Literal["none", "auto", "required", "named"]
 
 
 @dataclass(frozen=True)
@@ -76,19 +76,24 @@ class ToolSpec:
     custom: frozenset[str] = frozenset()  # custom tools (answered as type "custom")
 
     @property
+    def choice_read(self) -> ToolChoice:
+        """``choice`` read against the tools (:func:`~server.structured.tool_choice.read_tool_choice`:
+        the one reader; a choice that does not fit the tools raises ConstraintError)."""
+        read = self.__dict__.get("_read")
+        if read is None:
+            read = self.__dict__["_read"] = read_tool_choice(self.choice, [n for n, _ in self.tools])
+        return read
+
+    @property
     def mode(self) -> ToolMode:
-        if isinstance(self.choice, dict):
-            return "named" if self.choice.get("type") == "function" else self.choice.get("mode", "auto")
-        return self.choice  # type: ignore[return-value]
+        return self.choice_read.mode
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The tools whose calls are returned (``allowed_tools`` narrows them; the rest stay in
-        the prompt)."""
-        if isinstance(self.choice, dict) and self.choice.get("type") == "allowed_tools":
-            allowed = set(self.choice.get("names") or ())
-            return tuple(n for n, _ in self.tools if n in allowed)
-        return tuple(n for n, _ in self.tools)
+        """The tools whose calls are returned (``allowed_tools`` narrows them, a named choice is one;
+        the rest stay in the prompt)."""
+        allowed = self.choice_read.allowed
+        return tuple(n for n, _ in self.tools if allowed is None or n in allowed)
 
     def as_tools(self) -> list[dict[str, Any]]:
         """The function tools in the chat shape the constraint builders read."""

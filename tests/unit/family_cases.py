@@ -11,9 +11,9 @@ from reasoning_parsers import get_reasoning_parser
 from tests.unit._front import CHAT, events, stream_raw
 from tests.unit.parser_contract import TESTDATA, check_agree, chunkings, run_nonstream, run_stream, same_text
 from tool_parsers import get_tool_parser
-from tool_parsers.message_stream import FinalMessage, MessageStream
-from tool_parsers.openai_message import finish_reason
-from tool_parsers.replay import tool_schemas
+from server.messages.message_stream import FinalMessage, MessageStream
+from server.messages.openai_message import finish_reason
+from server.messages.replay import tool_schemas
 
 __all__ = ["load_family", "family_data", "check_case", "call_view", "grammar_accepts", "family_app", "pieces", "stream_calls",
            "reply_calls",

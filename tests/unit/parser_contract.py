@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.testdata import testdata_root
-from tool_parsers.message_stream import FinalMessage, MessageDelta, MessageStream
-from tool_parsers.openai_message import finish_reason
+from server.messages.message_stream import FinalMessage, MessageDelta, MessageStream
+from server.messages.openai_message import finish_reason
 
 __all__ = [
     "TESTDATA",

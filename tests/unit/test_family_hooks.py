@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Literal
 
 from server.structured.constraints import tool_call_format
 from tool_parsers.base import CallFormat, ParsedTools, ToolCallPart, ToolParser
-from tool_parsers.message_stream import MessageStream
+from server.messages.message_stream import MessageStream
 
 WEATHER = ("get_weather", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 

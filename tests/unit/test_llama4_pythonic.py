@@ -14,7 +14,7 @@ from tests.unit import family_cases as fc
 from tests.unit._front import CHAT
 from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family
-from tool_parsers.replay import tool_schemas
+from server.messages.replay import tool_schemas
 
 DATA, CALLS, EXPECT = fc.family_data("llama4_pythonic")
 TEMPLATE = fc.TEMPLATES / "llama4_pythonic.jinja"
@@ -243,8 +243,8 @@ def _random_texts(seed: str, count: int) -> list[str]:
 
 def test_random_outputs_stream_as_they_parse_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.unit.parser_contract import check_agree, chunkings, run_nonstream, run_stream
-    from tool_parsers import message_stream
-    from tool_parsers.message_stream import MessageStream
+    from server.messages import message_stream
+    from server.messages.message_stream import MessageStream
 
     monkeypatch.setattr(message_stream, "_SETTLE_AFTER", 1)  # settle at every checkpoint
     schemas = tool_schemas(TOOLS) or {}

@@ -12,7 +12,7 @@ import pytest
 from tests.unit._front import CHAT, stream_raw
 from tests.unit.family_cases import check_case, grammar_accepts, load_family, pieces, stream_calls
 from tool_parsers import detect_tool_parser, get_family
-from tool_parsers.replay import stream_output
+from server.messages.replay import stream_output
 
 DATA = load_family("qwen3_coder")
 

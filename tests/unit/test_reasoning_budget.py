@@ -252,3 +252,18 @@ def test_disconnect_during_answer_aborts_the_request(make_app):
         assert b.engine.aborted == [p.id] == [b.engine.requests[1].request_id]
 
     asyncio.run(run())
+
+
+def test_capped_thinking_leaves_the_closed_answer_its_floor(make_app):
+    """max_reasoning_tokens and max_tokens combine by one rule when the answer closes within its
+    budget: the think phase ends by max_tokens - end marker - the shortest answer."""
+    strict = {"type": "json_schema", "json_schema": {**SCHEMA_RF["json_schema"], "strict": True}}
+    b = _app(make_app, _two_phase(["x" * 60], [ANSWER]))
+    r = _chat(b, max_reasoning_tokens=50, max_tokens=30, response_format=strict)
+    assert r.status_code == 200, r.text
+    think, answer = b.engine.requests
+    assert answer.constraint.closes
+    floor = b.state.grammar_cache.min_tokens(answer.constraint)
+    assert floor is not None and floor > 0
+    assert think.sampling.max_tokens == 30 - len(END) - floor  # below the cap of 50
+    assert answer.sampling.max_tokens == floor

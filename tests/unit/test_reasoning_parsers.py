@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reasoning_parsers import REASONING_PARSERS, get_reasoning_parser
-from tool_parsers.message_stream import FinalMessage, MessageStream
+from server.messages.message_stream import FinalMessage, MessageStream
 from tests.unit.parser_contract import check_agree, chunkings, load_cases, run_nonstream, run_stream, same_text
 
 # cases.json family -> (our parser, thinking enabled)

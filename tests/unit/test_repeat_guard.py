@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from server import metrics
-from tool_parsers.message_stream import MessageStream
+from server.messages.message_stream import MessageStream
 from server.config import Settings
 from tool_parsers import get_tool_parser
 

@@ -1,4 +1,4 @@
-"""tool_parsers/replay.py: a replayed output gives the message and the deltas the server gives.
+"""server/messages/replay.py: a replayed output gives the message and the deltas the server gives.
 
 For every family (and with a reasoning parser), the same text is served by the front end
 over the scripted FakeEngine (one engine chunk per scripted piece) and replayed with
@@ -13,7 +13,7 @@ import pytest
 
 from tests.unit._front import CHAT, TIME_TOOL, WEATHER_TOOL, events
 from tool_parsers import TOOL_PARSERS, get_family
-from tool_parsers.replay import parse_output, stream_output, tool_names
+from server.messages.replay import parse_output, stream_output, tool_names
 
 TOOLS = [WEATHER_TOOL, TIME_TOOL]
 CALLS = [("get_weather", '{"city": "Zürich"}'), ("get_time", "{}"), ("rm_rf", '{"path": "/"}')]

@@ -1,4 +1,4 @@
-"""tool_parsers/replay_cli.py: ``gramserve parse``, its output and its errors."""
+"""server/messages/replay_cli.py: ``gramserve parse``, its output and its errors."""
 from __future__ import annotations
 
 import io
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.unit._front import WEATHER_TOOL
-from tool_parsers.replay_cli import main
+from server.messages.replay_cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

@@ -273,3 +273,22 @@ def test_stream_failure_ends_with_error_and_response_failed(make_app):
     assert failed["output"][0]["content"][0]["text"] == "Hel"
     assert [e["sequence_number"] for e in ev] == list(range(len(ev)))
     assert "".join(e["delta"] for e in ev if e["type"] == "response.output_text.delta") == "Hel"
+
+
+def test_an_answer_the_budget_closed_is_marked(make_app):
+    """Budget-aware closing in Responses: the budget ended a complete strict answer (the engine
+    closed it), so the response is incomplete and says ``closed_by_budget``; closing turned off,
+    the same cut is not marked."""
+    answer = '{"a":1}'
+    fmt = {"format": {"type": "json_schema", "name": "x", "strict": True, "schema": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}}}
+    b = make_app(script=script([answer, "zzz"]))
+    body = {"input": "Hi", "text": fmt, "max_output_tokens": len(answer)}
+    done = b.client().post(RESP, json=body).json()
+    assert done["status"] == "incomplete" and done["closed_by_budget"] is True, done
+    assert b.engine.requests[-1].constraint.closes
+    streamed = stream(b.client(), **body)[-1]["response"]
+    assert streamed["status"] == "incomplete" and streamed["closed_by_budget"] is True
+    off = b.client().post(RESP, json={**body, "close_within_budget": False}).json()
+    assert off["status"] == "incomplete" and "closed_by_budget" not in off
+    assert not b.engine.requests[-1].constraint.closes

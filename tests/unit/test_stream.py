@@ -1,4 +1,4 @@
-"""tool_parsers/message_stream.py: the OpenAI delta rules (compute_deltas) and MessageStream."""
+"""server/messages/message_stream.py: the OpenAI delta rules (compute_deltas) and MessageStream."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import random
 import pytest
 
 from reasoning_parsers import get_reasoning_parser
-from tool_parsers import message_stream
-from tool_parsers.message_stream import (
+from server.messages import message_stream
+from server.messages.message_stream import (
     MessageDelta,
     MessageStream,
     Parsed,
@@ -20,7 +20,7 @@ from tool_parsers.message_stream import (
 from tests.unit.parser_contract import check_agree, chunkings, run_nonstream, run_stream
 from tool_parsers import TOOL_PARSERS, get_tool_parser
 from tool_parsers.base import ToolCallPart
-from tool_parsers.openai_message import finish_reason
+from server.messages.openai_message import finish_reason
 
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 

@@ -6,7 +6,7 @@ call cut right after its name) drives ``MessageStream.finish``'s closing path.
 from __future__ import annotations
 
 from tool_parsers.base import ParsedTools, ToolCallPart, ToolParser
-from tool_parsers.message_stream import MessageStream
+from server.messages.message_stream import MessageStream
 
 
 class _NameFirst(ToolParser):

@@ -12,7 +12,7 @@ import pytest
 from tests.unit.parser_contract import check_agree, checkpoint_checks, chunkings, load_cases, run_nonstream, run_stream, same_text
 from tool_parsers import TOOL_PARSERS, detect_tool_parser, get_tool_parser
 from tool_parsers.base import CallFormat
-from tool_parsers.message_stream import FinalMessage, MessageStream
+from server.messages.message_stream import FinalMessage, MessageStream
 
 # cases.json parser family -> our parser
 FAMILY = {

@@ -17,8 +17,8 @@ from tests.testdata import VENDORED
 from tests.unit.family_cases import call_view
 from tests.unit.parser_contract import check_agree, chunkings, run_nonstream, run_stream, same_text
 from tool_parsers import get_tool_parser
-from tool_parsers.message_stream import MessageStream
-from tool_parsers.openai_message import finish_reason
+from server.messages.message_stream import MessageStream
+from server.messages.openai_message import finish_reason
 
 CASES: list[dict[str, Any]] = json.loads((VENDORED / "parsers" / "defects.json").read_text())["cases"]
 ARGS_MARKER = "[ARGS]"

@@ -2,7 +2,7 @@
 ends inside, or whose arguments break, comes back kept as far as it was written well, with the
 same message and the same ``finish_reason`` streamed and not: ``stop`` when the model stopped,
 ``length`` when ``max_tokens`` cut it, never ``tool_calls``. Both answers read their finish
-reason from ``tool_parsers.openai_message.finish_reason`` (``server/plan/run.py``)."""
+reason from ``server.messages.openai_message.finish_reason`` (``server/plan/run.py``)."""
 from __future__ import annotations
 
 import json

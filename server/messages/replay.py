@@ -3,10 +3,10 @@
 :func:`parse_output` gives the assistant message a non-streamed ``/v1/chat/completions``
 returns for that text; :func:`stream_output` the ``delta`` objects a streamed one sends,
 chunk by chunk. Both run the server's own code: the family's parser, the reasoning parser,
-:class:`~tool_parsers.message_stream.MessageStream` built as ``server/plan/run.py``
+:class:`~server.messages.message_stream.MessageStream` built as ``server/plan/run.py``
 builds it (calls to names outside ``tools`` dropped, a repeated call ends the turn), and
-the OpenAI JSON of :mod:`tool_parsers.openai_message`. ``gramserve parse`` is the command
-over them (``tool_parsers/replay_cli.py``).
+the OpenAI JSON of :mod:`server.messages.openai_message`. ``gramserve parse`` is the command
+over them (``server/messages/replay_cli.py``).
 
 One difference by design: the server parses calls only when the request has ``tools``;
 a replay without ``tools`` parses them anyway and keeps every name.
@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import get_family
-from .message_stream import FinalMessage, MessageStream, new_tool_call_id
-from .openai_message import assistant_message, delta_bodies, finish_reason, opening
+from server.messages.message_stream import FinalMessage, MessageStream, new_tool_call_id
+from server.messages.openai_message import assistant_message, delta_bodies, finish_reason, opening
+from tool_parsers import get_family
 
 __all__ = ["Replay", "parse_output", "stream_output", "tool_names", "tool_schemas", "DEFAULT_CHUNK"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .message_stream import FinalMessage, FinalToolCall, MessageDelta, ToolCallDelta
+from server.messages.message_stream import FinalMessage, FinalToolCall, MessageDelta, ToolCallDelta
 
 __all__ = ["REASONING_FIELDS", "reasoning_fields", "function_call", "assistant_message", "text_delta",
            "call_delta", "delta_bodies", "opening", "finish_reason"]

@@ -1,5 +1,5 @@
 """The OpenAI message pieces a stream is made of, and :func:`compute_deltas`, the one function
-that knows OpenAI's streaming rules (see :mod:`tool_parsers.message_stream`, which re-exports
+that knows OpenAI's streaming rules (see :mod:`server.messages.message_stream`, which re-exports
 all of it and is where the rules are described)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import secrets
 import string
 from dataclasses import dataclass, field
 
-from .base import ToolCallPart
+from tool_parsers.base import ToolCallPart
 
 __all__ = ["Parsed", "ToolCallDelta", "MessageDelta", "FinalToolCall", "FinalMessage", "StreamRetractionError",
            "compute_deltas", "new_tool_call_id", "merge_deltas", "apply_delta"]

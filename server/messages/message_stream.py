@@ -44,8 +44,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._content import AFTER_CALL
-from ._deltas import (
+from server.messages.deltas import (
     FinalMessage,
     FinalToolCall,
     MessageDelta,
@@ -57,7 +56,8 @@ from ._deltas import (
     merge_deltas,
     new_tool_call_id,
 )
-from .base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
+from tool_parsers._content import AFTER_CALL
+from tool_parsers.base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
 
 if TYPE_CHECKING:  # a type only: reasoning parsers may come to import tool_parsers
     from reasoning_parsers.base import ReasoningParser

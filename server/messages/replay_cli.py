@@ -1,4 +1,4 @@
-"""``gramserve parse``: replay a model's raw output offline (see :mod:`tool_parsers.replay`).
+"""``gramserve parse``: replay a model's raw output offline (see :mod:`server.messages.replay`).
 
 Reads the text from FILE or stdin and prints the assistant message as JSON, or with
 ``--stream`` the ``delta`` objects one JSON line each. ``--jsonl`` reads one JSON object a
@@ -13,9 +13,9 @@ import json
 import sys
 from typing import Any, TextIO
 
-from . import FAMILIES
-from .openai_message import REASONING_FIELDS
-from .replay import DEFAULT_CHUNK, Replay, parse_output, stream_output
+from server.messages.openai_message import REASONING_FIELDS
+from server.messages.replay import DEFAULT_CHUNK, Replay, parse_output, stream_output
+from tool_parsers import FAMILIES
 
 __all__ = ["main", "build_parser"]
 

@@ -1,0 +1,394 @@
+"""Budget-aware closing in the engine: a grammar wrapper that ends the answer validly within ``max_tokens``.
+
+vLLM asks a request's grammar for a token mask every step. :class:`BudgetGrammar` wraps the
+request's XGrammar or llguidance grammar, counts the tokens taken, and near the end of the
+budget narrows the mask (``server/engine/budget_plan.py`` finds the ending):
+
+* **watch**: the shortest ending from the current state (greedy walk, well under a millisecond
+  for JSON; the last one re-checked and reused while it holds) is worked out every step once the
+  tokens left come within reach of it, every 16th step before that;
+* **choices**: nearer the end, at a choice between structures, each opening token the mask allows
+  is tried on a copy and banned when its shortest ending would not fit in what is left after it
+  (an array item can cost more than the whole answer's minimum);
+* **zone** (tokens left <= ending + :data:`ZONE`): only tokens that open nothing may be written
+  (no brackets, quotes, commas, colons, ``<`` or ``|``), besides the ending's first token and
+  stop: string content and digits go on, new properties, items, calls and tags do not, so the
+  ending cannot grow past the budget in one step;
+* **close** (tokens left <= ending): the ending is forced token by token, each the longest token
+  of its next bytes that the live mask allows; the answer is complete when the budget is spent,
+  and vLLM reports ``length``. Where a look-ahead walk finds a shorter ending than the greedy one,
+  that is forced instead. A step that would leave no token allowed keeps the grammar's own mask.
+
+The budget travels in the grammar spec (``BudgetHeader.wrap``), which only this backend reads.
+Nothing here runs for a request without a budget header: the plain workload pays nothing.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from server.engine.budget_plan import PROBE, BudgetHeader, Vocab, shortest_completion
+
+__all__ = ["NON_NEUTRAL", "ZONE", "BudgetGrammar", "BudgetTables", "XGrammarBytes", "GuidanceBytes"]
+
+log = logging.getLogger("gramserve.budget")
+
+#: Tokens before the ending is forced in which nothing new may be opened.
+ZONE = 8
+#: Bytes that open (or delimit) structure in some call format or JSON: a token holding one is not "neutral".
+NON_NEUTRAL = frozenset(b'{}[]<>",:|\\')
+#: Tokens of room kept when the ending is forced (0: the answer ends exactly as the budget does, so
+#: its finish is ``length`` and it is marked; the zone keeps a free token from growing the ending).
+_SLACK = 0
+#: Tokens tried one by one after a complete answer (more: free text, kept as neutral tokens).
+_TRY_AT_MOST = 64
+#: Within this many tokens of the ending (at least), every step is looked at and a choice between
+#: structures is checked token by token: what one token may open is assumed to cost no more.
+_LOOKOUT = 64
+#: Tokens after which the ending is walked anew even while the last one stays valid (it may have
+#: become longer than needed, e.g. once a string reached its minLength).
+_REWALK_EVERY = 8
+#: Steps between two looks at the ending while the budget is still far from it.
+_FAR_EVERY = 16
+
+
+class XGrammarBytes:
+    """An ``xgrammar.GrammarMatcher`` as :class:`~server.engine.budget_plan.ByteMatcher`."""
+
+    __slots__ = ("m",)
+
+    def __init__(self, matcher: Any) -> None:
+        self.m = matcher
+
+    def fork(self) -> XGrammarBytes:
+        return XGrammarBytes(self.m.fork())
+
+    def accept(self, data: bytes) -> bool:
+        return bool(self.m.accept_string(data))
+
+    def forced(self) -> bytes:
+        try:
+            return str(self.m.find_jump_forward_string()).encode()
+        except UnicodeDecodeError:  # forced bytes that end (or start) inside a character
+            return b""
+
+    def can_stop(self) -> bool:
+        return bool(self.m.is_completed())
+
+    def accept_token(self, token: int) -> bool:
+        return bool(self.m.accept_token(token))
+
+
+class GuidanceBytes:
+    """An ``llguidance.LLMatcher`` as a byte matcher (bytes go in as the vocabulary's tokens)."""
+
+    __slots__ = ("m", "vocab")
+
+    def __init__(self, matcher: Any, vocab: Vocab) -> None:
+        self.m, self.vocab = matcher, vocab
+
+    def fork(self) -> GuidanceBytes:
+        return GuidanceBytes(self.m.deep_copy(), self.vocab)
+
+    def accept(self, data: bytes) -> bool:
+        tokens = self.vocab.tokens(data)
+        if not tokens:
+            return not data
+        taken = self.m.try_consume_tokens(tokens)
+        if taken == len(tokens):
+            return True
+        if taken:
+            self.m.rollback(taken)
+        return False
+
+    def forced(self) -> bytes:
+        return bytes(self.m.compute_ff_bytes())
+
+    def can_stop(self) -> bool:
+        return bool(self.m.is_accepting())
+
+    def accept_token(self, token: int) -> bool:
+        return self.m.try_consume_tokens([token]) == 1
+
+
+class BudgetTables:
+    """Per process and tokenizer: the vocabulary as bytes, and the row of "neutral" tokens."""
+
+    def __init__(self, token_bytes: list[bytes], *, special: list[int], words: int) -> None:
+        import torch
+
+        self.vocab = Vocab(token_bytes, special=special)
+        self.token_bytes = token_bytes
+        neutral = torch.zeros(words * 32, dtype=torch.bool)
+        skip = set(special)
+        for tid, data in enumerate(token_bytes[: words * 32]):
+            if data and tid not in skip and not NON_NEUTRAL.intersection(data):
+                neutral[tid] = True
+        # pack into the int32 words of a token bitmask row (bit i of word w = token 32w + i)
+        weights = torch.tensor([1 << i for i in range(32)], dtype=torch.int64)
+        packed = (neutral.view(words, 32).to(torch.int64) * weights).sum(dim=1)
+        self.neutral = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
+
+    _lock = threading.Lock()
+    _cache: dict[int, BudgetTables] = {}
+
+    @classmethod
+    def of(cls, key: int, build: Any) -> BudgetTables:
+        """One table per tokenizer (``key``: ``id`` of the backend's tokenizer info), built once."""
+        with cls._lock:
+            tables = cls._cache.get(key)
+            if tables is None:
+                tables = cls._cache[key] = build()
+            return tables
+
+
+def _bit(token: int) -> int:
+    """The int32 word value with only ``token``'s bit set."""
+    bit = 1 << (token % 32)
+    return bit - (1 << 32) if bit >= 1 << 31 else bit
+
+
+def _only(row: Any, token: int) -> None:
+    row.zero_()
+    row[token // 32] = _bit(token)
+
+
+def _with(keep: Any, tokens: list[int]) -> Any:
+    """``keep`` (a bitmask row) with ``tokens``' bits set too."""
+    for token in tokens:
+        if token < 32 * keep.shape[0]:
+            keep[token // 32] |= _bit(token)
+    return keep
+
+
+def _tokens_of(row: Any) -> list[int]:
+    """The token ids whose bits are set in a bitmask row."""
+    import torch
+
+    bits = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8)
+    return torch.nonzero(row.view(torch.uint8).unsqueeze(1).bitwise_and(bits).flatten()).flatten().tolist()
+
+
+def _allows(row: Any, token: int) -> bool:
+    return bool((int(row[token // 32]) >> (token % 32)) & 1)
+
+
+def make_budget_grammar(inner: Any, header: BudgetHeader, tables: BudgetTables, stop_ids: list[int]) -> Any:
+    """``inner`` (vLLM's XgrammarGrammar or GuidanceGrammar) behind a budget (class built lazily:
+    it subclasses vLLM's grammar interface)."""
+    return _grammar_class()(inner, header, tables, stop_ids)
+
+
+_CLASS: type | None = None
+
+
+def _grammar_class() -> type:
+    global _CLASS
+    if _CLASS is None:
+        from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
+
+        class _Budget(BudgetGrammar, StructuredOutputGrammar):
+            pass
+
+        _CLASS = _Budget
+    return _CLASS
+
+
+class BudgetGrammar:
+    """Per request: the inner grammar, the tokens taken, and the ending once it is forced."""
+
+    def __init__(self, inner: Any, header: BudgetHeader, tables: BudgetTables, stop_ids: list[int]) -> None:
+        self.inner = inner
+        self.header = header
+        self.tables = tables
+        self.stop_ids = list(stop_ids)
+        self.taken = 0
+        self.plan: bytes | None = None  # the forced ending's bytes still to write, once closing
+        self._last: int | None = None  # tokens of the last ending worked out
+        self._looked_at = -_FAR_EVERY
+        self._restart: int | None = None  # the shortest whole answer (what starting anew costs)
+        self._bytes: bytes | None = None  # the last ending, as bytes, and when it was worked out
+        self._bytes_at = -1
+        self._walked_at = -1
+        self._last_token: int | None = None
+
+    # -- vLLM's grammar interface -----------------------------------------------------------
+    def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
+        ok = bool(self.inner.accept_tokens(request_id, tokens))
+        if ok:
+            self.taken += len(tokens)
+            self._last_token = tokens[-1] if len(tokens) == 1 else None
+            if self.plan is not None:
+                written = b"".join(self.tables.token_bytes[t] for t in tokens if t < len(self.tables.token_bytes))
+                self.plan = self.plan[len(written):] if self.plan.startswith(written) else None
+        return ok
+
+    def validate_tokens(self, tokens: list[int]) -> list[int]:
+        return list(self.inner.validate_tokens(tokens))
+
+    def rollback(self, num_tokens: int) -> None:
+        self.inner.rollback(num_tokens)
+        self.taken = max(0, self.taken - num_tokens)
+        self.plan = None
+        self._bytes = None
+        self._looked_at = -_FAR_EVERY
+
+    def is_terminated(self) -> bool:
+        return bool(self.inner.is_terminated())
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.taken = 0
+        self.plan = None
+        self._bytes = None
+        self._last = None
+        self._looked_at = -_FAR_EVERY
+
+    def fill_bitmask(self, bitmask: Any, idx: int) -> None:
+        self.inner.fill_bitmask(bitmask, idx)
+        if self.inner.is_terminated() or self._idle():
+            return  # the common case: nothing to steer, nothing copied
+        row = bitmask[idx]
+        own = row.clone()
+        try:
+            self._steer(row)
+        except Exception:  # noqa: BLE001 - never worse than the plain grammar: log, restore its mask
+            log.exception("budget closing failed; the grammar's own mask stands")
+            row.copy_(own)
+            self.plan = None
+            return
+        if not bool(row.any()):  # an empty row would end the request on a refused token
+            log.error("budget closing left no token allowed (%d taken of %d); the grammar's own mask stands",
+                      self.taken, self.header.max_tokens)
+            row.copy_(own)
+            self.plan = None
+
+    # -- the budget ---------------------------------------------------------------------------
+    def _matcher(self) -> Any:
+        inner = self.inner
+        if hasattr(inner, "matcher"):
+            return XGrammarBytes(inner.matcher)
+        return GuidanceBytes(inner.ll_matcher, self.tables.vocab)
+
+    def _ending(self, *, look_ahead: bool) -> bytes | None:
+        if look_ahead:
+            return shortest_completion(self._matcher(), self.header.closers, look_ahead=True)
+        data = self._reused()
+        if data is None:
+            data = shortest_completion(self._matcher(), self.header.closers)
+            self._walked_at = self.taken
+        self._bytes, self._bytes_at = data, self.taken
+        return data
+
+    def _reused(self) -> bytes | None:
+        """The last ending, still valid from here, when it was walked at most :data:`_REWALK_EVERY`
+        tokens ago: what the model wrote since was its start (then the rest), or content that
+        leaves it valid (a string's text). One check instead of a walk: a few microseconds."""
+        last = self._bytes
+        if last is None or self.taken - self._walked_at > _REWALK_EVERY or self.taken - self._bytes_at != 1:
+            return None
+        written = self.tables.token_bytes[self._last_token] if self._last_token is not None else b""
+        rest = last[len(written):] if written and last.startswith(written) else last
+        trial = self._matcher().fork()
+        if rest and not trial.accept(rest):
+            return None
+        return rest if trial.can_stop() else None
+
+    def _count(self, data: bytes) -> int:
+        count = self.tables.vocab.count(data)
+        return len(data) if count is None else count
+
+    def _first(self, row: Any, data: bytes) -> int | None:
+        """The longest token that starts ``data`` and that the mask allows now (a grammar may allow
+        fewer tokens than the bytes they spell: llguidance keeps to forced text's own tokens)."""
+        return self.tables.vocab.first(data, lambda token: _allows(row, token))
+
+    def _idle(self) -> bool:
+        """Whether this step changes nothing: no ending forced, the last look recent, and the end
+        far from it (the row is then not even copied)."""
+        if self.plan is not None or self._last is None or self.taken - self._looked_at >= _FAR_EVERY:
+            return False
+        left = self.header.max_tokens - self.taken
+        return left > max(2 * self._last + 2 * ZONE + (self._restart or 0), self._last + _LOOKOUT) + _FAR_EVERY
+
+    def _steer(self, row: Any) -> None:
+        left = self.header.max_tokens - self.taken
+        if left <= 0:
+            return
+        if self.plan:
+            token = self._first(row, self.plan)
+            if token is None:
+                log.warning("budget closing: the grammar allows no token of the ending here; not forced")
+                self.plan = None
+                return
+            _only(row, token)
+            return
+        self._looked_at = self.taken
+        ending = self._ending(look_ahead=False)
+        if ending is None:
+            return
+        need = self._count(ending)
+        if self._restart is None:
+            self._restart = need if self.taken == 0 else 0
+        self._last = need
+        if ending and left <= need + _SLACK:
+            shorter = self._ending(look_ahead=True)
+            if shorter is not None and self._count(shorter) < need:
+                ending = shorter
+            token = self._first(row, ending)
+            if token is None:
+                log.warning("budget closing: the grammar allows no token of the ending here; not forced")
+                return
+            self.plan = ending
+            _only(row, token)
+            return
+        # within a whole new part's reach of the end (what the shortest answer from the start
+        # costs), nothing new is opened: a call, a property, an item begun there would not fit
+        zone = need + max(ZONE, self._restart or 0)
+        if not ending and left <= zone:
+            self._keep_complete(row)
+            return
+        if left > zone:
+            self._ban_what_would_not_fit(row, left)
+            return
+        # neutral tokens only where the grammar forces nothing (not inside a key name, whose rest a
+        # short token would split into more tokens than the ending counted)
+        keep = self.tables.neutral[: row.shape[0]].clone() if not self._matcher().forced() else row.new_zeros(row.shape)
+        first = self._first(row, ending)
+        row &= _with(keep, self.stop_ids + ([first] if first is not None else []))
+
+    def _ban_what_would_not_fit(self, row: Any, left: int) -> None:
+        """At a choice between structures (not inside free text, nothing forced), each token that
+        opens something (a bracket, a quote, a comma...) is tried on a copy: one whose shortest ending
+        would not fit in the tokens left after it is banned. An array item or an optional property
+        can cost far more than the whole answer's minimum, so no fixed margin is enough."""
+        matcher = self._matcher()
+        if matcher.forced() or matcher.fork().accept(PROBE):
+            return
+
+        def fits(trial: Any) -> bool:
+            ending = shortest_completion(trial, self.header.closers)
+            return ending is not None and self._count(ending) <= left - 1
+
+        self._drop_unless(row, _tokens_of(row & ~self.tables.neutral[: row.shape[0]]), fits)
+
+    def _keep_complete(self, row: Any) -> None:
+        """The answer is complete and a new part would not fit: only tokens after which it is
+        still complete (whitespace after a JSON document, stop), where they are few enough to
+        try one by one; among many (free text), the neutral ones."""
+        row &= _with(self.tables.neutral[: row.shape[0]].clone(), self.stop_ids)
+        self._drop_unless(row, _tokens_of(row), lambda trial: trial.can_stop())
+
+    def _drop_unless(self, row: Any, tokens: list[int], keep_if: Any) -> None:
+        """Clear each of ``tokens`` (stop tokens aside; at most :data:`_TRY_AT_MOST`, else none)
+        whose matcher copy, after it, fails ``keep_if``."""
+        stops = set(self.stop_ids)
+        tokens = [t for t in tokens if t not in stops]
+        if len(tokens) > _TRY_AT_MOST:
+            return
+        matcher = self._matcher()
+        for token in tokens:
+            trial = matcher.fork()
+            if not (trial.accept_token(token) and keep_if(trial)):
+                row[token // 32] &= ~_bit(token)

@@ -1,0 +1,307 @@
+"""The shortest way to finish what a grammar has open, in bytes and in tokens: budget-aware closing.
+
+A constrained answer that reaches ``max_tokens`` mid-JSON is useless to a program. The grammar
+knows at every step what is still open (a string, an object missing required properties, a
+tool call's end marker), so the engine can steer to the shortest valid ending once the tokens
+left only just cover it (``server/engine/budget_grammar.py``), and the front end can refuse a
+budget too small for any valid answer before generating (``server/structured/budget.py``).
+
+:func:`shortest_completion` walks a copy of the grammar matcher, one move at a time:
+
+1. stop when the grammar may end here;
+2. take the text the grammar forces (XGrammar's jump-forward string, llguidance's forced bytes);
+3. inside free text (a JSON string, a think block, an XML argument value: the matcher takes
+   :data:`PROBE`), leave it by the shortest closer that ends the free text (``"``, then the
+   constraint's end markers, then the argument styles' value closers);
+4. otherwise the first byte of :data:`ORDER` the grammar takes: closing brackets before commas,
+   commas before digits (a number never grows forever), bytes used lately last (so a pattern's
+   class is found rather than looped in).
+
+The walk is a heuristic for the *shortest* ending (a greedy choice can miss a shorter branch)
+but always a *valid* one: every byte is taken by the grammar itself. It works on any
+:class:`ByteMatcher` (XGrammar and llguidance adapters live with their callers), so it knows no
+schema and no family: what is open is what the grammar says is open.
+"""
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["BUDGET_PREFIX", "ORDER", "PROBE", "STYLE_CLOSERS", "BudgetHeader", "ByteMatcher", "Vocab",
+           "closers_of", "shortest_completion", "split_budget_spec"]
+
+#: A byte string that free text (JSON string content, a think block, an XML value) takes and
+#: JSON structure never does: while the matcher takes it, the walk is inside free text.
+PROBE = "§".encode()
+
+#: The order single bytes are tried outside free text (and for content inside it).
+ORDER: tuple[bytes, ...] = tuple(
+    bytes([b]) for b in b'"}],:</0123456789-@.tfn[{aeiosrlcdhmpubgkvwyjxqzAEIOSRTLNCDHMPUBGFKVWYJXQZ_+='
+    b'>|()!#$%&*;?^`~\'\\ \n\t')
+#: Bytes that close or separate structure (``</`` closes an XML value or tag): always tried first,
+#: set aside only when taken three times lately (a loop).
+_STRUCTURE = frozenset(ORDER[:7])
+
+#: What ends a free-text argument value in each of XGrammar's argument styles (the rest of the
+#: closing tag is then forced). The JSON style's values end with ``"``, tried first anyway.
+STYLE_CLOSERS: dict[str, tuple[str, ...]] = {
+    "qwen_xml": ("\n</parameter>", "</parameter>"),
+    "minimax_xml": ("</parameter>",),
+    "minimax_m3_xml": ("]<]minimax[>[</",),
+    "deepseek_xml": ("</｜DSML｜parameter>",),
+    "deepseek_v4_1_xml": ("</｜DSML｜ parameter>",),
+    "glm_xml": ("</arg_value>",),
+    "cohere_xml": ("</cofl:value>",),
+    "kimi_k3_xml": ("<|close|>",),
+    "gemma4": ('<|"|>',),
+    "pythonic": ("'",),
+}
+
+#: How a budgeted constraint travels to the engine as vLLM's ``grammar``: this prefix, a JSON
+#: header line (:class:`BudgetHeader`), then the inner spec. Not a grammar XGrammar can read, so
+#: without gramserve's backend in the engine the request fails, never runs unbudgeted.
+BUDGET_PREFIX = "%gramserve-budget "
+
+
+@dataclass(frozen=True)
+class BudgetHeader:
+    """What the engine needs besides the inner spec: the budget and where free text ends."""
+
+    max_tokens: int
+    kind: str  # the inner spec's vLLM option: "json", "json_object", "regex", "grammar", "structural_tag"
+    closers: tuple[str, ...] = ()
+
+    def wrap(self, inner_spec: str) -> str:
+        head = json.dumps({"max_tokens": self.max_tokens, "kind": self.kind, "closers": list(self.closers)},
+                          ensure_ascii=False, separators=(",", ":"))
+        return BUDGET_PREFIX + head + "\n" + inner_spec
+
+
+def split_budget_spec(spec: str) -> tuple[BudgetHeader, str] | None:
+    """The header and inner spec of a :meth:`BudgetHeader.wrap` spec, or None for any other."""
+    if not isinstance(spec, str) or not spec.startswith(BUDGET_PREFIX):
+        return None
+    head, _, inner = spec[len(BUDGET_PREFIX):].partition("\n")
+    fields = json.loads(head)
+    return BudgetHeader(max_tokens=int(fields["max_tokens"]), kind=str(fields["kind"]),
+                        closers=tuple(str(c) for c in fields.get("closers", ()))), inner
+
+
+def closers_of(value: Any, *, styles: Iterable[str] = ()) -> tuple[str, ...]:
+    """The strings that may end free text or the answer in a structural tag ``value``: every tag's
+    ``end``, every constant text (a section's close), and the value closers of each argument style
+    in it (and of ``styles``), shortest first."""
+    found: set[str] = set()
+    seen_styles = set(styles)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            end = node.get("end")
+            for text in (end if isinstance(end, list) else [end]):
+                if isinstance(text, str) and text.strip():
+                    found.add(text)
+            if node.get("type") == "const_string" and isinstance(node.get("value"), str) and node["value"].strip():
+                found.add(node["value"])  # a section's or call's closing text
+            if isinstance(node.get("style"), str):
+                seen_styles.add(node["style"])
+            for child in node.values():
+                walk(child)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child)
+
+    walk(value)
+    for style in seen_styles:
+        found.update(STYLE_CLOSERS.get(style, ()))
+    return tuple(sorted(found, key=lambda s: (len(s.encode()), s)))
+
+
+class ByteMatcher(Protocol):
+    """The grammar matcher as the walk sees it (adapters: XGrammar's and llguidance's)."""
+
+    def fork(self) -> ByteMatcher: ...
+
+    def accept(self, data: bytes) -> bool:
+        """Take ``data`` if the grammar allows all of it (else change nothing)."""
+
+    def forced(self) -> bytes:
+        """The bytes the grammar forces next (b"" when there is a choice)."""
+
+    def can_stop(self) -> bool:
+        """Whether the text so far is a complete answer."""
+
+
+def _free(m: ByteMatcher) -> bool:
+    return m.fork().accept(PROBE)
+
+
+def _after(m: ByteMatcher, closer: bytes) -> ByteMatcher | None:
+    """A copy of ``m`` after ``closer`` and the text it forces (None when the grammar refuses it)."""
+    trial = m.fork()
+    if not trial.accept(closer):
+        return None
+    forced = trial.forced()
+    if forced:
+        trial.accept(forced)
+    return trial
+
+
+def _exits(m: ByteMatcher, closer: bytes) -> bool:
+    """``closer`` leaves the free text (or ends the answer)."""
+    trial = _after(m, closer)
+    return trial is not None and (trial.can_stop() or not _free(trial))
+
+
+def _ends(m: ByteMatcher, closer: bytes) -> bool:
+    """``closer`` ends the answer."""
+    trial = _after(m, closer)
+    return trial is not None and trial.can_stop()
+
+
+def shortest_completion(matcher: ByteMatcher, closers: Sequence[str] = (), *, max_steps: int = 512,
+                        look_ahead: bool = False) -> bytes | None:
+    """The bytes that finish ``matcher``'s text as a complete answer (b"" when it may end now),
+    or None when the walk finds no ending within ``max_steps`` moves. ``matcher`` is not changed.
+
+    ``look_ahead``: where the grammar allows several bytes outside free text (which property
+    comes next, which branch), try each with a plain walk and keep the shortest. Several times
+    the cost; it finds the ending that skips optional properties the byte order would take.
+    """
+    if look_ahead:
+        plain = shortest_completion(matcher, closers, max_steps=max_steps)
+        work = [LOOK_AHEAD_WORK]
+        ahead = _walk(matcher, closers, max_steps, plain, work)
+        return ahead if ahead is not None and (plain is None or len(ahead) < len(plain)) else plain
+    return _walk(matcher, closers, max_steps, None, [max_steps])
+
+
+#: Steps all the walks of one look-ahead may take together (then the plain walk's ending stands).
+LOOK_AHEAD_WORK = 3000
+
+
+def _walk(matcher: ByteMatcher, closers: Sequence[str], max_steps: int, hint: bytes | None,
+          work: list[int]) -> bytes | None:
+    """One walk; with a ``hint`` (a plain walk's ending), branches are chosen by looking ahead.
+    ``work`` counts down the steps left to every walk of one look-ahead (None when spent)."""
+    look_ahead = hint is not None
+    m = matcher.fork()
+    exits = [b'"'] + [c.encode() for c in closers if c.encode() != b'"']
+    out = bytearray()
+    recent: deque[bytes] = deque(maxlen=32)
+    for _ in range(max_steps):
+        work[0] -= 1
+        if work[0] < 0:
+            return None
+        if m.can_stop():
+            return bytes(out)
+        forced = m.forced()
+        if forced:
+            if not m.accept(forced):
+                return None
+            out += forced
+            continue
+        if _free(m):
+            step = next((c for c in exits if _exits(m, c)), None)
+        else:  # a closer that ends the answer here (a calls section's end) beats any byte
+            step = next((c for c in exits[1:] if _ends(m, c)), None)
+        if step is not None:
+            m.accept(step)
+        else:
+            step = _best_branch(m, closers, max_steps, hint or b"", work) if look_ahead else None
+            if step is None:
+                step = _first_taken(m, recent)
+            else:
+                m.accept(step)
+            if step is None:
+                return None
+        out += step
+        recent.append(step)
+    return None
+
+
+def _best_branch(m: ByteMatcher, closers: Sequence[str], max_steps: int, hint: bytes,
+                 work: list[int]) -> bytes | None:
+    """Of the bytes the grammar allows here (the first four of ORDER and those of ``hint``, the
+    plain walk's ending), the one whose plain walk ends soonest; None when fewer than two are
+    allowed (the plain walk decides alone)."""
+    wanted = set(hint)
+    allowed: list[tuple[bytes, ByteMatcher]] = []
+    for byte in ORDER:
+        if len(allowed) >= 4 and byte[0] not in wanted:
+            continue
+        trial = m.fork()
+        if trial.accept(byte):
+            allowed.append((byte, trial))
+            if len(allowed) == 12:
+                break
+    if len(allowed) < 2:
+        return None
+    best: tuple[int, bytes] | None = None
+    for byte, trial in allowed:
+        rest = _walk(trial, closers, max_steps if best is None else best[0], None, work)
+        if rest is not None and (best is None or len(rest) < best[0]):
+            best = (len(rest), byte)
+    return None if best is None else best[1]
+
+
+def _first_taken(m: ByteMatcher, recent: deque[bytes]) -> bytes | None:
+    """Take (and return) the first byte of ORDER the grammar allows, bytes not used lately first."""
+    for fresh in (True, False):
+        for byte in ORDER:
+            # set aside: content bytes used lately, and structure taken three times lately (a loop)
+            if fresh and byte in recent and (byte not in _STRUCTURE or recent.count(byte) >= 3):
+                continue
+            if m.accept(byte):
+                return byte
+    for byte in _CONTINUATION:  # inside a multi-byte character (a token ended mid-way)
+        if m.accept(byte):
+            return byte
+    return None
+
+
+_CONTINUATION = tuple(bytes([b]) for b in range(0x80, 0xC0))
+
+
+class Vocab:
+    """A tokenizer's byte strings, for writing a completion as tokens (per process, per tokenizer).
+
+    Greedy longest match over the non-special tokens: the bytes are what the grammar took, so
+    any tokenization of them is taken too; the longest match keeps the count near the fewest.
+    """
+
+    def __init__(self, token_bytes: Sequence[bytes], *, special: Iterable[int] = ()) -> None:
+        skip = set(special)
+        ids: dict[bytes, int] = {}
+        for tid, data in enumerate(token_bytes):
+            if data and tid not in skip and data not in ids:
+                ids[data] = tid
+        self._ids = ids
+        self._bytes = {tid: data for data, tid in ids.items()}
+        self._max = min(64, max((len(k) for k in ids), default=1))
+
+    def tokens(self, data: bytes) -> list[int] | None:
+        """``data`` as token ids (None when some byte has no token at all)."""
+        out: list[int] = []
+        i = 0
+        while i < len(data):
+            tid = self.first(data[i:i + self._max], lambda _: True)
+            if tid is None:
+                return None
+            out.append(tid)
+            i += len(self._bytes[tid])
+        return out
+
+    def first(self, data: bytes, allowed: Callable[[int], bool]) -> int | None:
+        """The longest token that spells a start of ``data`` and passes ``allowed`` (None: none)."""
+        for size in range(min(self._max, len(data)), 0, -1):
+            tid = self._ids.get(data[:size])
+            if tid is not None and allowed(tid):
+                return tid
+        return None
+
+    def count(self, data: bytes) -> int | None:
+        tokens = self.tokens(data)
+        return None if tokens is None else len(tokens)

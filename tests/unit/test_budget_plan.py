@@ -1,0 +1,129 @@
+"""server/engine/budget_plan.py: the shortest valid ending of what a grammar has open."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import xgrammar as xgr
+from jsonschema import Draft202012Validator
+
+from server.engine.budget_grammar import GuidanceBytes, XGrammarBytes
+from server.engine.budget_plan import BudgetHeader, Vocab, closers_of, shortest_completion, split_budget_spec
+from tests.unit.budget_cases import SCHEMAS, bench_schemas
+
+ALL = {**SCHEMAS, **bench_schemas()}
+
+
+@pytest.fixture(scope="module")
+def info(hf_model_dir):
+    from transformers import AutoTokenizer
+
+    return xgr.TokenizerInfo.from_huggingface(AutoTokenizer.from_pretrained(str(hf_model_dir)))
+
+
+@pytest.fixture(scope="module")
+def compiler(info):
+    return xgr.GrammarCompiler(info)
+
+
+def _valid(schema, text):
+    value = json.loads(text)
+    return [e.message for e in Draft202012Validator(schema).iter_errors(value)]
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@pytest.mark.parametrize("look_ahead", [False, True])
+def test_every_prefix_of_a_valid_answer_ends_valid(compiler, name, look_ahead):
+    """From each prefix of an answer the grammar takes, the ending makes a document that parses
+    and fits the schema (the grammar took every byte of it)."""
+    schema = SCHEMAS[name]
+    start = shortest_completion(XGrammarBytes(xgr.GrammarMatcher(compiler.compile_json_schema(json.dumps(schema)))))
+    assert start is not None
+    answer = start.decode()
+    assert not _valid(schema, answer)
+    ctx = compiler.compile_json_schema(json.dumps(schema))
+    for cut in range(len(answer) + 1):
+        m = xgr.GrammarMatcher(ctx)
+        assert m.accept_string(answer[:cut])
+        ending = shortest_completion(XGrammarBytes(m), look_ahead=look_ahead)
+        assert ending is not None, (name, answer[:cut])
+        assert not _valid(schema, answer[:cut] + ending.decode()), (answer[:cut], ending)
+        if cut == len(answer):
+            assert ending == b""
+
+
+def test_look_ahead_skips_optional_properties(compiler):
+    schema = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+              "required": ["b"], "additionalProperties": False}
+    m = XGrammarBytes(xgr.GrammarMatcher(compiler.compile_json_schema(json.dumps(schema))))
+    assert shortest_completion(m, look_ahead=True) == b'{"b":0}'
+
+
+def test_the_walk_reaches_a_pattern_and_a_format(compiler):
+    for schema in ({"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}, {"type": "string", "format": "email"},
+                   {"type": "string", "format": "date"}, {"type": "string", "pattern": "^a*b$"}):
+        m = XGrammarBytes(xgr.GrammarMatcher(compiler.compile_json_schema(json.dumps(schema))))
+        ending = shortest_completion(m)
+        assert ending is not None and not _valid(schema, ending.decode()), (schema, ending)
+
+
+def test_a_think_block_is_left_by_its_end_marker(compiler):
+    tag = {"type": "structural_tag", "format": {"type": "sequence", "elements": [
+        {"type": "tag", "begin": "<think>", "content": {"type": "any_text"}, "end": "</think>"},
+        {"type": "json_schema", "json_schema": {"type": "object", "required": ["x"], "additionalProperties": False,
+                                                "properties": {"x": {"type": "integer"}}}}]}}
+    closers = closers_of(tag)
+    assert "</think>" in closers
+    m = xgr.GrammarMatcher(compiler.compile_structural_tag(json.dumps(tag)))
+    assert m.accept_string("<think>I wonder \"what")
+    assert shortest_completion(XGrammarBytes(m), closers) == b'</think>{"x":0}'
+
+
+def test_llguidance_matchers_walk_the_same_way(info):
+    import llguidance as llg
+
+    from server.structured.grammar_cache import GrammarCache
+
+    cache = GrammarCache(info)
+    vocab = Vocab([bytes(t) for t in info.decoded_vocab], special=info.special_token_ids)
+    schema = {"type": "object", "properties": {"a": {"type": "string", "minLength": 3},
+                                               "b": {"oneOf": [{"type": "integer"}, {"type": "string"}]}},
+              "required": ["a", "b"]}
+    grammar = llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults={"whitespace_flexible": True})
+    m = GuidanceBytes(llg.LLMatcher(cache._ll_tokenizer(info), grammar), vocab)
+    assert m.accept(b'{"a": "x')
+    ending = shortest_completion(m, look_ahead=True)
+    assert ending is not None and not _valid(schema, '{"a": "x' + ending.decode())
+
+
+def test_vocab_writes_bytes_as_few_tokens(info):
+    vocab = Vocab([bytes(t) for t in info.decoded_vocab], special=info.special_token_ids)
+    tokens = vocab.tokens(b'{"name": "x"}')
+    assert tokens is not None and b"".join(bytes(info.decoded_vocab[t]) for t in tokens) == b'{"name": "x"}'
+    assert len(tokens) < len(b'{"name": "x"}')
+    assert not set(tokens) & set(info.special_token_ids)
+
+
+def test_the_header_travels_with_the_spec():
+    header = BudgetHeader(max_tokens=17, kind="structural_tag", closers=("</think>", '"'))
+    wrapped = header.wrap('{"type": "structural_tag"}\nsecond line')
+    assert split_budget_spec(wrapped) == (header, '{"type": "structural_tag"}\nsecond line')
+    assert split_budget_spec('root ::= "a"') is None
+
+
+def test_closers_come_from_tag_ends_and_argument_styles():
+    tag = {"type": "structural_tag", "format": {"type": "tag", "begin": "<tool_call>", "end": "</tool_call>",
+                                                "content": {"type": "json_schema", "json_schema": {},
+                                                            "style": "qwen_xml"}}}
+    assert closers_of(tag) == ("</parameter>", "</tool_call>", "\n</parameter>")
+
+
+def test_a_user_grammar_cannot_pose_as_a_budget_header():
+    """Client text never becomes the engine's budget header (a 400, as for the llguidance marker)."""
+    from server.structured.constraints import constraint_from_request
+    from server.structured.errors import ConstraintError
+
+    spec = BudgetHeader(max_tokens=5, kind="grammar").wrap('root ::= "a"')
+    with pytest.raises(ConstraintError, match="may not start with"):
+        constraint_from_request(response_format=None, structured_outputs={"grammar": spec}, tools=None,
+                                tool_choice=None, parallel_tool_calls=True, tool_format=None)
