@@ -23,7 +23,7 @@ from typing import Any
 from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
 from .base import ToolCallPart, ToolParser
 
-__all__ = ["property_schema", "streams_as_text", "typed_value", "arguments_json", "XmlTags", "xml_call",
+__all__ = ["property_schema", "streams_as_text", "typed_value", "arguments_json", "XmlTags", "xml_call", "xml_text",
            "SchemaBound"]
 
 
@@ -55,6 +55,12 @@ def _types(schema: Any) -> set[str]:
         for branch in schema.get(key) or ():
             found |= _types(branch)
     return found
+
+
+def xml_text(value: Any) -> str:
+    """A value as the XML styles write it (for ``write``): a string as its raw text, anything else
+    as JSON (the schema reads it back as the same value)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def streams_as_text(schema: Any) -> bool:

@@ -14,15 +14,19 @@ them. Parsers never build constraints themselves.
 """
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from ._scan import JsonError, ScanCache, scan_value
 
 __all__ = ["Checkpoint", "ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "ScanCache",
-           "JsonError", "scan_value"]
+           "JsonError", "scan_value", "Call"]
+
+#: One call to write: the function's name and its arguments (JSON data).
+Call = tuple[str, Mapping[str, Any]]
 
 
 @dataclass(slots=True)  # made per parse, per token: not frozen (4x slower to build); never changed after
@@ -161,6 +165,24 @@ class ToolParser(ABC):
         Formats that write arguments as text (XML parameters) type them by the schema, so they
         return a bound copy; JSON formats need no schema and return ``self``."""
         return self
+
+    def write(self, calls: Sequence[Call]) -> str:
+        """The text this family's model writes for ``calls``, as its chat template and its grammar
+        write it: :meth:`parse` reads the same calls back (``tests/unit/test_write_parse.py`` checks
+        that for every family under every chunking). Tests, replays and docs write calls with it, so
+        no test copies a family's format."""
+        f = self.format
+        return f.section_begin + f.separator.join(
+            self.write_call(i, name, arguments) for i, (name, arguments) in enumerate(calls)) + f.section_end
+
+    def write_call(self, index: int, name: str, arguments: Mapping[str, Any]) -> str:
+        """Call number ``index`` (from 0) of a section: the format's pieces around its arguments."""
+        f = self.format
+        return f.call_begin + name + f.name_end + self.write_arguments(arguments) + f.call_end
+
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        """One call's arguments as the format writes them (JSON here; XML and other styles override)."""
+        return json.dumps(arguments, ensure_ascii=False)
 
     @abstractmethod
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Literal
 
 from ._blocks import SectionToolParser
 from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
-from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value
+from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value, xml_text
 from .base import CallFormat, ModelFamily, ToolCallPart
 
 __all__ = ["DSML", "Dialect", "DIALECTS", "DsmlCallFormat", "DsmlToolParser", "DeepSeekV32ToolParser",
@@ -187,6 +187,12 @@ class DsmlToolParser(SchemaBound, SectionToolParser):
     end: ClassVar[str] = dialect.end
     call_open: ClassVar[str] = dialect.call_open
     format: ClassVar[CallFormat] = _format(dialect)
+
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        """A parameter element per argument: a string raw (``string="true"``), anything else as JSON."""
+        d = self.dialect
+        return "".join(f'{d.param_open} name="{k}" string="{str(isinstance(v, str)).lower()}">'
+                       f"{xml_text(v)}{d.param_close}\n" for k, v in arguments.items())
 
     def _call(self, text: str, p: int, *, final: bool) -> tuple[ToolCallPart, int | None]:
         """``name">`` then the parameters up to ``</｜DSML｜invoke>``."""

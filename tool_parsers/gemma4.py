@@ -216,6 +216,10 @@ class Gemma4ToolParser(SchemaBound, BlockToolParser):
     end: ClassVar[str] = TOOL_CALL_END
     format: ClassVar[CallFormat]  # set below (Gemma4CallFormat)
 
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        """Gemma's notation (``{k:<|"|>v<|"|>}``, keys sorted as its template sorts them)."""
+        return gemma_literal(dict(arguments))
+
     def _block(self, text: str, body: int, *, final: bool, errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
         p = skip_ws(text, body)
         if text.startswith(_CALL, p):

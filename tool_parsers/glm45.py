@@ -18,11 +18,12 @@ its text is content. The grammar is XGrammar's ``glm_xml`` argument style (both 
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from ._blocks import BlockToolParser
 from ._scan import JsonError, skip_ws
-from ._xml_args import SchemaBound, XmlTags, xml_call
+from ._xml_args import SchemaBound, XmlTags, xml_call, xml_text
 from .base import CallFormat, ModelFamily, ToolCallPart
 
 __all__ = ["Glm45ToolParser", "FAMILIES"]
@@ -43,6 +44,10 @@ class Glm45ToolParser(SchemaBound, BlockToolParser):
     format: ClassVar[CallFormat] = CallFormat(
         trigger="<tool_call>", section_begin="", call_begin="<tool_call>", name_end="", call_end="</tool_call>",
         separator="\n", section_end="", arguments_style="glm_xml")
+
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        """``<arg_key>``/``<arg_value>`` pairs, each on a line of its own (GLM-4.5's template)."""
+        return "".join(f"\n{_KEY}{k}</arg_key>\n<arg_value>{xml_text(v)}</arg_value>" for k, v in arguments.items()) + "\n"
 
     def _block(self, text: str, body: int, *, final: bool, errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
         p = skip_ws(text, body)

@@ -16,7 +16,7 @@ XGrammar's ``kimi`` built-in tag: any digits). Text after the section is content
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -61,6 +61,10 @@ class KimiK2ToolParser(SectionToolParser):
     format: ClassVar[CallFormat] = KimiCallFormat(
         trigger=SECTION_BEGIN, section_begin=SECTION_BEGIN, call_begin=CALL_BEGIN + _PREFIX,
         name_end=":0" + ARGS_BEGIN, call_end=CALL_END, separator="", section_end=SECTION_END)
+
+    def write_call(self, index: int, name: str, arguments: Mapping[str, Any]) -> str:
+        """``functions.name:index``: each call's index counts up from 0 (the template's ids)."""
+        return f"{CALL_BEGIN}{_PREFIX}{name}:{index}{ARGS_BEGIN}{self.write_arguments(arguments)}{CALL_END}"
 
     def _header(self, text: str, p: int, *, final: bool) -> tuple[str | None, int | None, str]:
         """``functions.name:index<|tool_call_argument_begin|>``: the name."""

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from ._content import AFTER_CALL, ContentBuilder, malformed_block
 from ._scan import JsonError, partial_marker_start, skip_ws
-from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value
+from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value, xml_text
 from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
 
 __all__ = ["KimiK3CallFormat", "KimiK3ToolParser", "MARKERS", "FAMILIES"]
@@ -75,6 +75,17 @@ def _value(text: str, kind: str, schema: Any) -> Any:
             if schema is None or not types or _fits(value, types):
                 return value
     return typed_value(text, schema)
+
+
+def _kind(value: Any) -> str:
+    """The ``type`` attribute of a value."""
+    if isinstance(value, str):
+        return "string"
+    if value is True or value is False:
+        return "boolean"
+    if value is None:
+        return "null"
+    return "object" if isinstance(value, Mapping) else "array" if isinstance(value, list) else "number"
 
 
 def _streams(kind: str, schema: Any) -> bool:
@@ -126,6 +137,17 @@ class KimiK3ToolParser(SchemaBound):
     format: ClassVar[CallFormat] = KimiK3CallFormat(
         trigger=TOOLS_OPEN, section_begin=TOOLS_OPEN, call_begin=f'{CALL_OPEN} tool="', name_end=f'" index="1"{SEP}',
         call_end=CALL_CLOSE, separator="", section_end=TOOLS_CLOSE, arguments_style="kimi_k3_xml")
+
+    def write_call(self, index: int, name: str, arguments: Mapping[str, Any]) -> str:
+        """``index="N"`` counts the calls from 1; the name is escaped as an attribute value."""
+        return (f'{CALL_OPEN} tool="{_escape(name)}" index="{index + 1}"{SEP}' + self.write_arguments(arguments)
+                + CALL_CLOSE)
+
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        """An ``argument`` element per argument, typed as XGrammar's ``kimi_k3_xml`` style types it
+        (every number ``number``)."""
+        return "".join(f'{ARG_OPEN} key="{_escape(k)}" type="{_kind(v)}"{SEP}{xml_text(v)}{ARG_CLOSE}'
+                       for k, v in arguments.items())
 
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
         """Channels in order; checkpoints after each call, after the tools channel and in content."""

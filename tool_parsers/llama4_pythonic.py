@@ -23,7 +23,7 @@ and under ``auto`` the list or text in which no list opens.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -84,6 +84,12 @@ class PythonicToolParser(SchemaBound):
     format: ClassVar[CallFormat] = PythonicCallFormat(
         trigger="[", section_begin="[", call_begin="", name_end="(", call_end=")", separator=", ", section_end="]",
         calls_follow_text=False, arguments_style="pythonic")
+
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        """Keyword arguments, each value a Python literal."""
+        from ._pythonic_grammar import python_literal
+
+        return ", ".join(f"{k}={python_literal(v)}" for k, v in arguments.items())
 
     def parse(self, text: str, *, final: bool, resume: str | None = None) -> ParsedTools:
         if resume == _CONTENT:

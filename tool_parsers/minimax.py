@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from ._blocks import SectionToolParser
 from ._scan import JsonError, marked_name_end, skip_ws
-from ._xml_args import SchemaBound, XmlTags, _types, property_schema, typed_value, xml_call
+from ._xml_args import SchemaBound, XmlTags, _types, property_schema, typed_value, xml_call, xml_text
 from .base import CallFormat, ModelFamily, ToolCallPart
 
 __all__ = ["MiniMaxCallFormat", "MiniMaxM2ToolParser", "MiniMaxM3ToolParser", "NAMESPACE", "m3_arguments",
@@ -80,6 +80,10 @@ class MiniMaxM2ToolParser(SchemaBound, SectionToolParser):
         trigger="<minimax:tool_call>", section_begin="<minimax:tool_call>\n", call_begin='<invoke name="',
         name_end='">\n', call_end="</invoke>\n", separator="", section_end="</minimax:tool_call>",
         arguments_style="minimax_xml")
+
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        """A ``<parameter name="k">`` line per argument (a string raw, anything else as JSON)."""
+        return "".join(f'<parameter name="{k}">{xml_text(v)}</parameter>\n' for k, v in arguments.items())
 
     def _call(self, text: str, p: int, *, final: bool) -> tuple[ToolCallPart, int | None]:
         q = marked_name_end(text, p, _NAME_END, _BAD_NAME, final=final)
@@ -192,6 +196,16 @@ def _object(elements: list[tuple[str, _Element]], schema: Any) -> dict[str, Any]
     return out
 
 
+def _m3_element(key: str, value: Any) -> str:
+    if isinstance(value, Mapping):
+        inner = "".join(_m3_element(k, v) for k, v in value.items())
+    elif isinstance(value, list):
+        inner = "".join(_m3_element("item", v) for v in value)
+    else:
+        inner = xml_text(value)
+    return f"{NAMESPACE}<{key}>{inner}{NAMESPACE}</{key}>"
+
+
 def m3_arguments(text: str, p: int, schema: Any, *, final: bool) -> tuple[str | None, int | None]:
     """The arguments JSON of the M3 parameter elements from ``p`` to the ``</invoke>`` and where
     that ends; (None, None) when cut off while streaming. :class:`JsonError` when malformed."""
@@ -225,6 +239,11 @@ class MiniMaxM3ToolParser(SchemaBound, SectionToolParser):
         trigger=NAMESPACE + "<tool_call>", section_begin=NAMESPACE + "<tool_call>\n",
         call_begin=NAMESPACE + '<invoke name="', name_end='">', call_end=NAMESPACE + "</invoke>\n", separator="",
         section_end=NAMESPACE + "</tool_call>", arguments_style="minimax_m3_xml")
+
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        """An element per argument behind the namespace marker; objects and arrays nest (an array's
+        values as ``<item>`` elements), as XGrammar's ``minimax_m3_xml`` style writes them."""
+        return "".join(_m3_element(k, v) + "\n" for k, v in arguments.items())
 
     def _call(self, text: str, p: int, *, final: bool) -> tuple[ToolCallPart, int | None]:
         q = marked_name_end(text, p, _NAME_END, _BAD_NAME, final=final)

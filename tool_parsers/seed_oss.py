@@ -20,7 +20,8 @@ template's layout (no newline around a value). Seed-OSS thinks in ``<seed:think>
 """
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from .base import CallFormat, ModelFamily
 from .qwen3_coder import Qwen3CoderToolParser
@@ -39,6 +40,9 @@ class SeedOssToolParser(Qwen3CoderToolParser):
     format: ClassVar[CallFormat] = CallFormat(
         trigger=TOOL_CALL, section_begin="", call_begin=TOOL_CALL + "\n<function=", name_end=">\n",
         call_end="</function>\n" + TOOL_CALL_END, separator="\n", section_end="", arguments_style="qwen_xml")
+
+    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+        return super().write_arguments(arguments)[1:]  # the name's line already ends (name_end ">\n")
 
 
 def _detect(template: str) -> bool:

@@ -16,13 +16,7 @@ from typing import Any
 import pytest
 
 from server.structured import grammar_cache as gc_mod
-from server.structured.constraints import (
-    Constraint,
-    ConstraintError,
-    ReasoningSpec,
-    constraint_from_request,
-    vllm_json_refusal,
-)
+from server.structured.constraints import Constraint, ConstraintError, ReasoningSpec, constraint_from_request, vllm_json_refusal
 from server.structured.grammar_cache import CompileResult, GrammarCache, compile_constraint, tokenizer_info_from_hf
 from tests.testdata import testdata_root
 from tool_parsers import TOOL_PARSERS, get_tool_parser
@@ -96,90 +90,8 @@ def build(**kw: Any) -> Constraint | None:
 
 
 def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
-    """Serialise calls the way the format's parser expects them."""
-    if fmt == "hermes":
-        return "\n".join(f'<tool_call>\n{{"name": "{n}", "arguments": {a}}}\n</tool_call>' for n, a in calls)
-    if fmt == "llama3_json":
-        return "; ".join(f'{{"name": "{n}", "parameters": {a}}}' for n, a in calls)
-    if fmt == "mistral":
-        return "[TOOL_CALLS] [" + ", ".join(f'{{"name": "{n}", "arguments": {a}}}' for n, a in calls) + "]"
-    if fmt in ("mistral_v11", "mistral_v13"):  # (v11's history adds [CALL_ID]id; the model writes this)
-        return "".join(f"[TOOL_CALLS]{n}[ARGS]{a}" for n, a in calls)
-    if fmt in ("qwen3_coder", "qwen3_xml"):  # XML parameters, as Qwen3-Coder's template writes them
-        return "\n".join(f"<tool_call>\n<function={n}>\n{_xml_parameters(a)}</function>\n</tool_call>"
-                         for n, a in calls)
-    if fmt in ("glm45", "glm47"):  # XML arguments, as GLM-4.5's template writes them
-        return "\n".join(f"<tool_call>{n}{_glm_arguments(a)}\n</tool_call>" for n, a in calls)
-    if fmt == "kimi_k2":  # each call's index counts up
-        return ("<|tool_calls_section_begin|>" + "".join(
-            f"<|tool_call_begin|>functions.{n}:{i}<|tool_call_argument_begin|>{a}<|tool_call_end|>"
-            for i, (n, a) in enumerate(calls)) + "<|tool_calls_section_end|>")
-    if fmt in ("llama4_pythonic", "pythonic"):  # keyword arguments, values as Python literals
-        from tool_parsers._pythonic_grammar import python_literal
-
-        return "[" + ", ".join(f"{n}({', '.join(f'{k}={python_literal(v)}' for k, v in json.loads(a).items())})"
-                               for n, a in calls) + "]"
-    if fmt in ("deepseek_v31", "deepseek_v3"):  # the pieces are DeepSeek's whole format
-        f = get_tool_parser(fmt).format
-        return f.section_begin + "".join(f.call_begin + n + f.name_end + a + f.call_end for n, a in calls) + f.section_end
-    if fmt in ("deepseek_v4", "deepseek_v41", "deepseek_v32"):  # DSML, as DeepSeek V4's encoder writes it
-        from tool_parsers.deepseek_v4 import DIALECTS
-
-        d = DIALECTS[fmt]
-        return d.start + "\n" + "".join(f'{d.call_open}{n}">\n{_dsml_parameters(a, fmt)}{d.call_close}\n'
-                                        for n, a in calls) + d.end
-    if fmt in ("minimax_m2", "minimax_m3"):  # XML parameters in XGrammar's built-in MiniMax layouts
-        f = get_tool_parser(fmt).format
-        return f.section_begin + "".join(f.call_begin + n + f.name_end + _minimax_parameters(a, fmt) + f.call_end
-                                         for n, a in calls) + f.section_end
-    if fmt == "gemma4":  # Gemma's notation, keys sorted as its template writes them
-        from tool_parsers.gemma4 import gemma_literal
-
-        return "".join(f"<|tool_call>call:{n}"
-                       + (gemma_literal(json.loads(a)) if a.strip().startswith("{") else a) + "<tool_call|>"
-                       for n, a in calls)
-    if fmt == "seed_oss":  # Qwen3's XML parameters inside Seed's markers, as Seed-OSS's template writes them
-        return "\n".join(f"<seed:tool_call>\n<function={n}>\n{_xml_parameters(a)}</function>\n</seed:tool_call>"
-                          for n, a in calls)
-    raise AssertionError(fmt)
-
-
-def _minimax_parameters(arguments: str, fmt: str) -> str:
-    values = json.loads(arguments) if arguments.strip().startswith("{") else None
-    if values is None:  # not an object: no XML form; text the grammar must refuse
-        return arguments
-    ns = "]<]minimax[>["
-    shown = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
-    if fmt == "minimax_m2":
-        return "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in shown.items())
-    return "".join(f"{ns}<{k}>{v}{ns}</{k}>\n" for k, v in shown.items())
-
-
-def _dsml_parameters(arguments: str, fmt: str) -> str:
-    from tool_parsers.deepseek_v4 import DIALECTS
-
-    d = DIALECTS[fmt]
-    values = json.loads(arguments) if arguments.strip().startswith("{") else None
-    if values is None:  # not an object: no DSML form; text the grammar must refuse
-        return arguments
-    return "".join(f'{d.param_open} name="{k}" string="{str(isinstance(v, str)).lower()}">'
-                   f"{v if isinstance(v, str) else json.dumps(v)}{d.param_close}\n" for k, v in values.items())
-
-
-def _xml_parameters(arguments: str) -> str:
-    values = json.loads(arguments) if arguments.strip().startswith("{") else None
-    if values is None:  # not an object: no XML form; text the grammar must refuse
-        return arguments
-    return "".join(f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
-                   for k, v in values.items())
-
-
-def _glm_arguments(arguments: str) -> str:
-    values = json.loads(arguments) if arguments.strip().startswith("{") else None
-    if values is None:  # not an object: no XML form; text the grammar must refuse
-        return arguments
-    return "".join(f"\n<arg_key>{k}</arg_key>\n<arg_value>{v if isinstance(v, str) else json.dumps(v)}</arg_value>"
-                   for k, v in values.items())
+    """The calls as the format's model writes them (its parser's ``write``; JSON arguments text in)."""
+    return get_tool_parser(fmt).write([(name, json.loads(arguments)) for name, arguments in calls])
 
 
 # Harmony (gpt_oss, openai) writes all text as channel messages, never free text around calls: its
@@ -271,9 +183,9 @@ def test_tool_choice_none_and_tool_constraints_off() -> None:
 
 def test_whitespace_runs_are_bounded_in_tool_arguments(accepts) -> None:
     c = build(tools=TOOLS, tool_choice="required", tool_format="hermes")
-    pretty = '{\n    "city": "Paris",\n    "unit": "c"\n}'
-    assert accepts(c, call_text("hermes", [("get_weather", pretty)]))
-    assert not accepts(c, call_text("hermes", [("get_weather", "{" + " " * 40 + '"city": "Paris", "unit": "c"}')]))
+    call = '<tool_call>\n{{"name": "get_weather", "arguments": {}}}\n</tool_call>'
+    assert accepts(c, call.format('{\n    "city": "Paris",\n    "unit": "c"\n}'))
+    assert not accepts(c, call.format("{" + " " * 40 + '"city": "Paris", "unit": "c"}'))
 
 
 def test_tool_names_are_json_escaped(accepts) -> None:
@@ -516,12 +428,9 @@ def test_vllm_accepts_what_we_produce() -> None:
     forced to xgrammar) on every kind of constraint we emit; no engine needed."""
     pytest.importorskip("vllm")
     from vllm.sampling_params import SamplingParams, check_json_nesting
+    from vllm.v1.structured_output.backend_xgrammar import has_xgrammar_unsupported_json_features, validate_xgrammar_grammar
 
     from server.engine.vllm_engine import structured_outputs_params
-    from vllm.v1.structured_output.backend_xgrammar import (
-        has_xgrammar_unsupported_json_features,
-        validate_xgrammar_grammar,
-    )
 
     rf = {"type": "json_schema", "json_schema": {"name": "w", "schema": WEATHER}}
     produced = [

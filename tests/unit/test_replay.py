@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from server.messages.replay import parse_output, stream_output, tool_names
 from tests.unit._front import CHAT, TIME_TOOL, WEATHER_TOOL, events
 from tool_parsers import TOOL_PARSERS, get_family
-from server.messages.replay import parse_output, stream_output, tool_names
 
 TOOLS = [WEATHER_TOOL, TIME_TOOL]
 CALLS = [("get_weather", '{"city": "Zürich"}'), ("get_time", "{}"), ("rm_rf", '{"path": "/"}')]
@@ -22,36 +22,9 @@ CALLS = [("get_weather", '{"city": "Zürich"}'), ("get_time", "{}"), ("rm_rf", '
 def _output(family: str, *, reasoning: bool) -> str:
     """Text, then three calls (the last to a name outside the tools), written as the family's
     format says; text first only where calls may follow text."""
-    f = get_family(family).format
-    if f.arguments_style == "qwen_xml":  # arguments as XML parameters
-        calls = [(n, "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in json.loads(a).items()))
-                 for n, a in CALLS]
-    elif f.arguments_style == "glm_xml":  # arguments as <arg_key>/<arg_value> pairs
-        calls = [(n, "".join(f"<arg_key>{k}</arg_key><arg_value>{v}</arg_value>" for k, v in json.loads(a).items()))
-                 for n, a in CALLS]
-    elif f.arguments_style in ("deepseek_xml", "deepseek_v4_1_xml"):  # DSML parameters: raw strings, else JSON
-        tag = "｜DSML｜ parameter" if f.arguments_style == "deepseek_v4_1_xml" else "｜DSML｜parameter"
-        calls = [(n, "".join(f'<{tag} name="{k}" string="{str(isinstance(v, str)).lower()}">'
-                             f'{v if isinstance(v, str) else json.dumps(v)}</{tag}>\n' for k, v in json.loads(a).items()))
-                 for n, a in CALLS]
-    elif f.arguments_style == "minimax_xml":  # MiniMax M2: <parameter name="k">v</parameter>
-        calls = [(n, "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in json.loads(a).items())) for n, a in CALLS]
-    elif f.arguments_style == "minimax_m3_xml":  # MiniMax M3: an element per parameter behind its marker
-        ns = "]<]minimax[>["
-        calls = [(n, "".join(f"{ns}<{k}>{v}{ns}</{k}>\n" for k, v in json.loads(a).items())) for n, a in CALLS]
-    elif f.arguments_style == "kimi_k3_xml":  # Kimi K3: type-tagged XTML arguments
-        calls = [(n, "".join(f'<|open|>argument key="{k}" type="string"<|sep|>{v}<|close|>argument<|sep|>'
-                             for k, v in json.loads(a).items())) for n, a in CALLS]
-    elif f.arguments_style == "gemma4":  # Gemma 4's notation: {k:<|"|>v<|"|>,...}
-        from tool_parsers.gemma4 import gemma_literal
-
-        calls = [(n, gemma_literal(json.loads(a))) for n, a in CALLS]
-    elif f.arguments_style == "pythonic":  # keyword arguments, values as Python literals
-        calls = [(n, ", ".join(f"{k}={json.dumps(v)}" for k, v in json.loads(a).items())) for n, a in CALLS]
-    else:
-        calls = list(CALLS)
-    body = f.separator.join(f.call_begin + name + f.name_end + args + f.call_end for name, args in calls)
-    text = ("Checking. " if f.calls_follow_text else "") + f.section_begin + body + f.section_end
+    parser = get_family(family).parser
+    written = parser.write([(name, json.loads(arguments)) for name, arguments in CALLS])
+    text = ("Checking. " if parser.format.calls_follow_text else "") + written
     return ("<think>Which tools?</think>" if reasoning else "") + text
 
 
