@@ -163,7 +163,7 @@ def is_cpu_only() -> bool:
         import torch
 
         return not torch.cuda.is_available()
-    except Exception:  # pragma: no cover - torch missing means no engine anyway
+    except (ImportError, OSError, RuntimeError):  # pragma: no cover - no usable torch means no engine anyway
         return True
 
 

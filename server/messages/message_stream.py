@@ -260,7 +260,7 @@ class MessageStream:
         what parsing the tail again would give (every family returns an open call's arguments as
         the raw text from the value's start, checked by the same JSON scan), without the parse.
         None: the value ends in ``text`` or the JSON breaks there, so the parser must see it.
-        The scan resumes where it stopped, so this is O(len(text)); ``tests/unit/test_stream.py``
+        The scan resumes where it stopped, so this is O(len(text)); ``tests/unit/test_message_stream.py``
         checks every delta against the parsing path."""
         sent = self._sent
         call = sent.tool_calls[-1]

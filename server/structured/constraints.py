@@ -33,7 +33,7 @@ from reasoning_parsers.base import thinking_on
 from server.config import MAX_SCHEMA_DEPTH
 from server.engine.budget_plan import BUDGET_PREFIX
 from server.lru import BoundedLRU
-from server.structured.errors import ConstraintError
+from server.structured.errors import GRAMMAR_ERRORS, ConstraintError
 from server.structured.tool_choice import read_tool_choice
 from server.structured.tool_grammar import (
     EMPTY_OBJECT,
@@ -225,7 +225,7 @@ def _check_regex(pattern: Any, param: str) -> None:
         raise ConstraintError(f"{param} must not contain a NUL character.", param)
     try:
         xgr.Grammar.from_regex(pattern)
-    except Exception as exc:
+    except GRAMMAR_ERRORS as exc:
         raise ConstraintError(f"{param} is not a supported regex: {_xgr_message(exc)}", param) from None
 
 
@@ -252,7 +252,7 @@ def _check_grammar(grammar: Any, param: str) -> str:
     lark = _is_lark(grammar)
     try:
         parsed = xgr.Grammar.from_lark(grammar) if lark else xgr.Grammar.from_ebnf(grammar)
-    except Exception as exc:
+    except GRAMMAR_ERRORS as exc:
         kind = "Lark" if lark else "EBNF (GBNF)"
         raise ConstraintError(f"{param} has a {kind} syntax error: {_xgr_message(exc)}", param) from None
     return str(parsed) if lark else grammar
@@ -274,7 +274,7 @@ def _check_structural_tag(tag: dict[str, Any], param: str | None) -> None:
             return f"The constraint is nested too deeply (schemas may nest at most {MAX_JSON_NESTING} levels)."
         try:
             xgr.Grammar.from_structural_tag(json.dumps(tag))
-        except Exception as exc:
+        except GRAMMAR_ERRORS as exc:
             return f"The constraint cannot be compiled: {_xgr_message(exc)}"
         return None
 
@@ -334,7 +334,7 @@ def _check_xgrammar_schema(schema: Any, param: str) -> None:
 
         try:
             xgr.Grammar.from_json_schema(json.dumps(schema))
-        except Exception as exc:  # xgrammar raises RuntimeError with the converter's reason
+        except GRAMMAR_ERRORS as exc:
             return f"cannot be compiled to a grammar: {_xgr_message(exc)}"
         return None
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from server.errors import APIError
 
-__all__ = ["ConstraintError"]
+__all__ = ["ConstraintError", "GRAMMAR_ERRORS"]
+
+#: What the grammar backends raise for input they refuse: XGrammar a RuntimeError (its
+#: InvalidJSONError / InvalidStructuralTagError subclass it), llguidance a ValueError. Anything
+#: else is a bug and reaches the error handler as one.
+GRAMMAR_ERRORS: tuple[type[Exception], ...] = (RuntimeError, ValueError)
 
 
 class ConstraintError(APIError, ValueError):

@@ -20,6 +20,7 @@ from typing import Any
 from server.engine.vllm_plugin import lower_thread_priority
 from server.lru import BoundedLRU
 from server.structured.constraints import Constraint, _is_lark, _xgr_message
+from server.structured.errors import GRAMMAR_ERRORS
 
 __all__ = ["CompileResult", "GrammarCache", "compile_constraint", "guidance_compile_error", "tokenizer_info_from_hf"]
 
@@ -86,7 +87,7 @@ def guidance_compile_error(schema_json: str, *, disable_any_whitespace: bool = F
         grammar = llg.LLMatcher.grammar_from_json_schema(
             schema_json, defaults={"whitespace_flexible": not disable_any_whitespace})
         error = llg.LLMatcher.validate_grammar(grammar)
-    except Exception as exc:  # noqa: BLE001 - a schema llguidance cannot read
+    except GRAMMAR_ERRORS as exc:  # a schema llguidance cannot read
         return f"llguidance: {exc}"
     return f"llguidance: {error}" if error else None
 
@@ -154,7 +155,7 @@ class GrammarCache:
             return CompileResult(error is None, time.perf_counter() - start, False, error)
         try:
             compile_constraint(self.compiler, constraint, disable_any_whitespace=self.disable_any_whitespace)
-        except Exception as exc:  # xgrammar reports every compile failure as an exception
+        except GRAMMAR_ERRORS as exc:  # xgrammar reports every compile failure as an exception
             return CompileResult(False, time.perf_counter() - start, False, _xgr_message(exc))
         return CompileResult(True, time.perf_counter() - start, False, None)
 

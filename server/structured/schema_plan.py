@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from server.lru import BoundedLRU
+from server.structured.errors import GRAMMAR_ERRORS
 from server.structured.schema_support import KeywordUse, analyze_schema, normalize_schema
 
 __all__ = ["BACKENDS", "Backend", "Problem", "SchemaDecision", "decide_schema", "xgrammar_form"]
@@ -237,7 +238,7 @@ def _llguidance_problems(schema: dict[str, Any], uses: list[KeywordUse]) -> list
         grammar = llg.LLMatcher.grammar_from_json_schema(
             json.dumps(schema, ensure_ascii=False), defaults={"whitespace_flexible": False})
         is_error, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar)
-    except Exception as exc:  # noqa: BLE001 - llguidance's converter reports a bad schema this way
+    except GRAMMAR_ERRORS as exc:  # llguidance's converter reports a bad schema this way
         is_error, messages = True, [str(exc)]
     if not messages:
         return _llguidance_pattern_problems(schema)
@@ -287,6 +288,6 @@ def _xgrammar_conversion_problem(schema: dict[str, Any]) -> str | None:
 
     try:
         xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=True)
-    except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError with its reason
+    except GRAMMAR_ERRORS as exc:
         return f"cannot be compiled: {_xgr_message(exc)}"
     return None

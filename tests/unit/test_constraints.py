@@ -392,18 +392,29 @@ def test_cache_concurrent_same_key_compiles_once(tokenizer: Any, monkeypatch: py
     lock = threading.Lock()
     real = gc_mod.compile_constraint
 
+    release = threading.Event()
+    asked = threading.Barrier(7)  # the six askers and this thread
+
     def counting(compiler: Any, constraint: Constraint, **kw: Any) -> Any:
         nonlocal count
         with lock:
             count += 1
-        time.sleep(0.1)
+        release.wait(10)  # the compile is still running while every other asker comes in
         return real(compiler, constraint, **kw)
+
+    def ask() -> None:
+        asked.wait(10)
+        results.append(cache.compile(Constraint("regex", "x+")))
 
     monkeypatch.setattr(gc_mod, "compile_constraint", counting)
     results: list[CompileResult] = []
-    threads = [threading.Thread(target=lambda: results.append(cache.compile(Constraint("regex", "x+")))) for _ in range(6)]
+    threads = [threading.Thread(target=ask) for _ in range(6)]
     for t in threads:
         t.start()
+    asked.wait(10)  # every asker is past the barrier, on its way into compile()
+    while count == 0:  # the first compile has started and holds the key
+        threading.Event().wait(0.001)
+    release.set()
     for t in threads:
         t.join()
     cache.close()

@@ -270,12 +270,19 @@ def test_non_streamed_request_is_aborted_when_its_client_leaves(make_app: Any) -
 
 def test_cut_stream_ends_with_error_event_and_done(make_app: Any) -> None:
     """What a stream still running at the drain limit receives (the runner aborts it with cut set)."""
-    built = make_app(script=lambda req: ["x"] * 400, delay=0.01)
+    some_out = asyncio.Event()
+
+    class Pieces(list):  # the engine's script: says when the tenth piece has gone out
+        def __iter__(self) -> Any:
+            for i, piece in enumerate(list.__iter__(self)):
+                if i == 10:
+                    some_out.set()
+                yield piece
+
+    built = make_app(script=lambda req: Pieces(["x"] * 400), delay=0.01)
 
     async def cut_when_running() -> None:
-        while not built.state.running:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.1)  # some tokens out
+        await asyncio.wait_for(some_out.wait(), 30)  # some tokens out
         built.state.cut = True
         for rid in list(built.state.running):
             await built.engine.abort(rid)

@@ -173,7 +173,7 @@ OWN: list[tuple[str, str, dict[str, Any]]] = [
      {"calls": [], "content": '{"city": "Paris", "temp": 21}'}),
     ("llama3_text_answer", "llama3_json", "The weather is {sunny}.",
      {"calls": [], "content": "The weather is {sunny}."}),
-    # found by the random test in test_stream.py: the first object's content must keep the
+    # found by the random test in test_message_stream.py: the first object's content must keep the
     # leading whitespace whichever way it turns out not to be a call. Its first key already
     # says it is no call (so no malformed-call error), whatever invalid JSON follows.
     ("llama3_leading_ws_not_call_then_invalid", "llama3_json", '\n{"f{"a": 1}',

@@ -1,4 +1,4 @@
-"""server/models.py: the GGUF -> HF conversion of the embedded default model.
+"""server/default_model.py: the GGUF -> HF conversion of the embedded default model.
 
 The logits check runs an independent numpy Llama over the GGUF tensors in llama.cpp's layout
 (permuted Q/K rows, interleaved RoPE), so it shares no code with the converter's un-permutation.

@@ -1,4 +1,4 @@
-"""The per-choice finishing step is the same streamed or not: JSON validated, outcome reported."""
+"""server/chat/output_checks.py: the per-choice finishing step is the same streamed or not: JSON validated, outcome reported."""
 from __future__ import annotations
 
 import json

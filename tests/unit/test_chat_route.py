@@ -1,4 +1,5 @@
-"""The chat API (server/plan: build, run loop, chat framer) over HTTP: messages, streams, tool calls, reasoning, constraint wiring."""
+"""server/api/routes/chat.py: the chat API over HTTP (server/plan: build, run loop, chat framer):
+messages, streams, tool calls, reasoning, constraint wiring."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
-"""server/responses over HTTP with the scripted FakeEngine, read raw and through the openai SDK."""
+"""server/api/routes/responses.py and server/responses over HTTP with the scripted FakeEngine,
+read raw and through the openai SDK."""
 from __future__ import annotations
 
 import json
