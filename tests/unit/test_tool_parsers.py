@@ -379,7 +379,7 @@ def test_scan_value_every_prefix_with_and_without_cache(text: str) -> None:
 def test_checkpoints_hold_for_every_continuation(parser: str) -> None:
     import random
 
-    from tests.unit.test_stream import _PIECES
+    from tests.unit.test_message_stream import _PIECES
 
     rng = random.Random(f"checkpoints-{parser}")
     texts = ["".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 8))) for _ in range(40)]
