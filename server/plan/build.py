@@ -26,6 +26,7 @@ from server.state import ServerState, check_model
 from server.structured.budget import check_floor, closing_constraint
 from server.structured.from_request import capabilities, request_constraint
 from server.structured.spec import ConstraintSpec, ToolSpec, constraint_spec, prompt_tools
+from server.structured.tool_choice import check_choice_has_tools
 
 __all__ = ["Api", "Prompt", "RequestPlan", "ResponsesPlan", "build_plan"]
 
@@ -136,8 +137,7 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
     if req.tools and len(req.tools) > s.max_tools:
         raise bad_request(f"Too many tools: {len(req.tools)} (this server accepts at most {s.max_tools}).",
                           param="tools", code="too_many_tools")
-    if req.tool_choice not in (None, "none") and not req.tools:
-        raise bad_request("'tool_choice' is set but no 'tools' were given.", param="tool_choice", code="invalid_value")
+    check_choice_has_tools(req.tool_choice, has_tools=bool(req.tools))
     tools = prompt_tools(req)
     if tools and state.tool_parser is None:
         raise bad_request("This server has no tool-call parser for its chat template; start it with "

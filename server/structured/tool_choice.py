@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from server.structured.errors import ConstraintError
 
-__all__ = ["ToolChoice", "ToolMode", "read_tool_choice"]
+__all__ = ["ToolChoice", "ToolMode", "check_choice_has_tools", "read_tool_choice"]
 
 ToolMode = Literal["none", "auto", "required", "named"]
 
@@ -27,6 +27,13 @@ class ToolChoice:
     mode: ToolMode
     named: str | None = None
     allowed: tuple[str, ...] | None = None
+
+
+def check_choice_has_tools(choice: object, *, has_tools: bool) -> None:
+    """The first check of a chat request, before anything is rendered: a ``tool_choice`` other
+    than "none" asks for tools the request must give."""
+    if choice not in (None, "none") and not has_tools:
+        raise ConstraintError("'tool_choice' is set but no 'tools' were given.", "tool_choice", code="invalid_value")
 
 
 def read_tool_choice(choice: str | dict[str, Any] | None, names: Sequence[str]) -> ToolChoice:

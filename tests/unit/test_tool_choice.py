@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from server.structured.errors import ConstraintError
-from server.structured.tool_choice import ToolChoice, read_tool_choice
+from server.structured.tool_choice import ToolChoice, check_choice_has_tools, read_tool_choice
 
 NAMES = ["get_weather", "search"]
 
@@ -40,3 +40,13 @@ def test_a_choice_that_does_not_fit_is_a_400_on_tool_choice(choice, names, words
     with pytest.raises(ConstraintError, match=words) as err:
         read_tool_choice(choice, names)
     assert err.value.param == "tool_choice"
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", {"type": "function", "function": {"name": "search"}}])
+def test_a_choice_without_tools_is_refused_before_rendering(choice):
+    with pytest.raises(ConstraintError, match="no 'tools' were given") as err:
+        check_choice_has_tools(choice, has_tools=False)
+    assert (err.value.param, err.value.code, err.value.status) == ("tool_choice", "invalid_value", 400)
+    check_choice_has_tools(choice, has_tools=True)
+    check_choice_has_tools(None, has_tools=False)
+    check_choice_has_tools("none", has_tools=False)
