@@ -18,6 +18,7 @@ from server.plan.build import RequestPlan
 from server.plan.run import ChoiceUpdate, Run
 from server.protocol import CompletionRequest
 from server.state import ServerState
+from server.structured.budget import CLOSED_BY_BUDGET
 
 __all__ = ["completion_response", "completion_stream"]
 
@@ -51,6 +52,7 @@ async def completion_response(state: ServerState, plan: RequestPlan) -> dict[str
             "text": prefix + ch.text,
             "logprobs": _legacy_logprobs(ch.logprobs, len(prefix)) if req.logprobs is not None else None,
             "finish_reason": ch.finish or "stop",
+            **({CLOSED_BY_BUDGET: True} if ch.closed else {}),  # docs/schema_support.md
         })
     usage = run.usage()
     return {
@@ -87,7 +89,8 @@ async def _completion_events(state: ServerState, plan: RequestPlan) -> AsyncIter
                 i = u.choice.index
                 lp = _legacy_logprobs(u.logprobs, offsets[i]) if req.logprobs is not None else None
                 offsets[i] += len(u.text)
-                yield frame({"index": i, "text": u.text, "logprobs": lp, "finish_reason": u.finish_reason})
+                yield frame({"index": i, "text": u.text, "logprobs": lp, "finish_reason": u.finish_reason,
+                             **({CLOSED_BY_BUDGET: True} if u.closed_by_budget else {})})
         usage = run.usage()
         if include_usage:
             yield sse_event(chunk(id=rid, created=created, model=model, choices=[], object="text_completion",

@@ -20,7 +20,7 @@ from server.chat.reasoning_budget import budgeted_chunks
 from server.chat.stream_guard import abort_shielded
 from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk
 from server.errors import APIError, bad_request
-from server.messages.message_stream import MessageDelta, MessageStream
+from server.messages.message_stream import FinalMessage, MessageDelta, MessageStream
 from server.messages.openai_message import finish_reason
 from server.plan.build import Prompt, RequestPlan
 from server.protocol import ChatCompletionRequest, usage_dict
@@ -85,7 +85,8 @@ class Choice:
         self.tokens = 0
         self.finish: str | None = None
         self.logprobs: list[Any] = []  # not streamed: every chunk's logprobs
-        self.text = ""  # not streamed, unparsed: the text so far
+        self.text = ""  # unparsed: the text so far (not streamed, or streamed under budget-aware closing)
+        self.closed = False  # the budget ended it and the grammar closed it complete (completions' mark)
 
     def finish_reason(self, final: Any) -> str:
         return finish_reason(final, length=self.finish == "length", legacy=self.legacy)
@@ -167,10 +168,14 @@ class Run:
             ch.logprobs.extend(c.logprobs)
         stream = ch.stream
         if stream is None:  # completions: the text as the engine wrote it
-            if not ch.streaming:
+            constraint = self.plan.gen.constraint
+            if not ch.streaming or (constraint is not None and constraint.closes):
                 ch.text += c.text
             ch.finish = c.finish_reason
-            return ChoiceUpdate(ch, [], c.text, list(c.logprobs), finish_reason=c.finish_reason)
+            if c.finish_reason == "length":
+                ch.closed = self.closed_text(ch.text)
+            return ChoiceUpdate(ch, [], c.text, list(c.logprobs), finish_reason=c.finish_reason,
+                                closed_by_budget=ch.closed)
         delta = stream.feed(c.text)
         deltas = [delta] if delta is not None else []
         ended = c.finish_reason or ("stop" if stream.repeat else None)
@@ -187,6 +192,16 @@ class Run:
     def closed(self, choice: Choice, final: Any, outcome: str | None) -> bool:
         """Whether the budget ended this choice and the grammar closed it complete."""
         return closed_by_budget(self.plan.gen.constraint, choice.finish, final, outcome)
+
+    def closed_text(self, text: str) -> bool:
+        """A completions choice the budget ended: complete when the grammar closed it (its JSON
+        parses and fits the schema)."""
+        constraint = self.plan.gen.constraint
+        if constraint is None or not constraint.closes:
+            return False
+        schema = self.plan.json_schema
+        outcome = None if schema is None else validate_json_output(text, schema, finished=True)
+        return closed_by_budget(constraint, "length", FinalMessage(reasoning=None, content=text, tool_calls=[]), outcome)
 
     def check(self, choice: Choice) -> tuple[Any, str | None]:
         """The finishing step of one parsed choice, the same streamed or not: tool-call outcomes

@@ -85,3 +85,26 @@ def test_models_list_and_get(make_app):
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 
 
+
+
+def test_an_answer_the_budget_closed_is_marked(make_app):
+    """Budget-aware closing on /v1/completions: a strict answer the budget ended but the grammar
+    closed is marked ``closed_by_budget`` on its choice (and on the streamed last chunk); an
+    answer cut open, or closing turned off, is not."""
+    answer = '{"a":1}'
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "strict": True, "schema": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}}}
+    b = make_app(script=_script([answer, "zzz"]))
+    body = {"prompt": "Hi", "response_format": rf, "max_tokens": len(answer)}
+    choice = b.client().post("/v1/completions", json=body).json()["choices"][0]
+    assert (choice["text"], choice["finish_reason"], choice.get("closed_by_budget")) == (answer, "length", True)
+    assert b.engine.requests[-1].constraint.closes
+    with b.client().stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+        chunks = [e for e in _events("".join(r.iter_text())) if e != "[DONE]"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["choices"][0]["closed_by_budget"] is True
+    assert all("closed_by_budget" not in c["choices"][0] for c in chunks[:-1])
+    off = b.client().post("/v1/completions", json={**body, "close_within_budget": False}).json()["choices"][0]
+    assert off["finish_reason"] == "length" and "closed_by_budget" not in off
+    cut = make_app(script=_script(['{"a":', "1}"])).client().post(
+        "/v1/completions", json={**body, "max_tokens": 5}).json()["choices"][0]
+    assert cut["text"] == '{"a":' and "closed_by_budget" not in cut
