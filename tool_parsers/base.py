@@ -18,12 +18,16 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeAlias
 
 from ._scan import JsonError, ScanCache, scan_value
 
 __all__ = ["Checkpoint", "ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "ScanCache",
-           "JsonError", "scan_value", "Call"]
+           "JsonError", "scan_value", "Call", "JsonValue", "JsonObject"]
+
+#: JSON data as ``json.loads`` returns it (the server's ``server.json_types`` says the same).
+JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+JsonObject: TypeAlias = "dict[str, JsonValue]"
 
 #: One call to write: the function's name and its arguments (JSON data).
 Call = tuple[str, Mapping[str, Any]]
