@@ -55,6 +55,7 @@ def _hf_tokenizer(vocab: str) -> tuple[Any, int]:
 def measure(vocab: str, counts: list[int], repeats: int) -> list[dict[str, Any]]:
     """One row per tool count: median seconds over ``repeats`` of each phase, and the warm hits."""
     from server.structured.constraints import constraint_from_request
+    from server.structured.tools import tool_spec_of
     from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
 
     tok, width = _hf_tokenizer(vocab)
@@ -64,10 +65,10 @@ def measure(vocab: str, counts: list[int], repeats: int) -> list[dict[str, Any]]
     family = FAMILY_OF_VOCAB[vocab]
     rows = []
     for n in counts:
-        constraint = constraint_from_request(response_format=None, structured_outputs=None, tools=make_tools(n),
-                                             tool_choice="required", parallel_tool_calls=True, tool_format=family)
-        other = constraint_from_request(response_format=None, structured_outputs=None, tools=make_tools(n, "other"),
-                                        tool_choice="required", parallel_tool_calls=True, tool_format=family)
+        constraint = constraint_from_request(response_format=None, structured_outputs=None,
+                                             tools=tool_spec_of(make_tools(n), "required"), tool_format=family)
+        other = constraint_from_request(response_format=None, structured_outputs=None,
+                                        tools=tool_spec_of(make_tools(n, "other"), "required"), tool_format=family)
         assert constraint is not None and other is not None
         cold, nxt, warm, xgr_cached, hits = [], [], [], [], 0
         for _ in range(repeats):

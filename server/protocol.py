@@ -360,14 +360,6 @@ class ChatCompletionRequest(_SamplingFields):
         self.parallel_tool_calls = False
         return self
 
-    def custom_tool_names(self) -> frozenset[str]:
-        """Names of the request's custom tools (their calls are answered as ``type: "custom"``)."""
-        return frozenset(t.custom.name for t in self.tools or () if t.custom is not None and t.type == "custom")
-
-    def legacy_functions(self) -> bool:
-        """Whether the request used the legacy ``functions`` API (and is answered in its shape)."""
-        return self.functions is not None
-
     @model_validator(mode="after")
     def _alias_budget(self) -> ChatCompletionRequest:
         if self.max_reasoning_tokens is None and self.thinking_token_budget is not None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
 from jsonschema import Draft202012Validator
 
 from server import metrics
+from server.json_types import JsonValue
 from server.structured.schema_refs import local_validator
 
 __all__ = ["ToolCallChecker", "validate_json_output", "schema_validator"]
@@ -28,12 +30,12 @@ def _validator(schema_json: str) -> Draft202012Validator:
     return local_validator(json.loads(schema_json))
 
 
-def schema_validator(schema: dict[str, Any]) -> Draft202012Validator:
+def schema_validator(schema: JsonValue) -> Draft202012Validator:
     """A cached validator per canonical schema (per process)."""
     return _validator(json.dumps(schema, sort_keys=True))
 
 
-def _fits(value: Any, schema: dict[str, Any]) -> bool:
+def _fits(value: Any, schema: JsonValue) -> bool:
     try:
         return schema_validator(schema).is_valid(value)
     except Exception:  # an invalid schema cannot validate anything
@@ -46,7 +48,7 @@ class ToolCallChecker:
     def __init__(self, *, parser: str) -> None:
         self.parser = parser
 
-    def check(self, final: Any, schemas: dict[str, dict[str, Any]]) -> list[str]:
+    def check(self, final: Any, schemas: Mapping[str, JsonValue]) -> list[str]:
         """Returns one outcome per returned call (valid | invalid_arguments)."""
         outcomes = []
         for call in final.tool_calls:

@@ -18,6 +18,7 @@ from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_c
 from server.chat.reasoning_budget import ReasoningBudget, plan_reasoning_budget
 from server.engine.base import GenerateRequest, Sampling
 from server.errors import APIError, bad_request
+from server.json_types import JsonValue
 from server.protocol import ChatCompletionRequest, CompletionRequest
 from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore
@@ -25,8 +26,8 @@ from server.responses.translate import ChatPlan, rename_error, to_chat
 from server.state import ServerState, check_model
 from server.structured.budget import check_floor, closing_constraint
 from server.structured.from_request import capabilities, request_constraint
-from server.structured.spec import ConstraintSpec, ToolSpec, constraint_spec, prompt_tools
-from server.structured.tool_choice import check_choice_has_tools
+from server.structured.spec import ConstraintSpec, constraint_spec
+from server.structured.tools import ToolSpec, read_tools
 
 __all__ = ["Api", "Prompt", "RequestPlan", "ResponsesPlan", "build_plan"]
 
@@ -69,15 +70,17 @@ class RequestPlan:
     created: int
     prompts: tuple[Prompt, ...]
     spec: ConstraintSpec
+    tool_spec: ToolSpec | None = None  # the tools as read (under tool_choice "none" too: the answer's shape)
     json_schema: dict[str, Any] | None = None  # validated after generation when not strict
     strict: bool = False
     tool_names: tuple[str, ...] | None = None  # the calls returned (None: no tools)
-    tool_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tool_schemas: dict[str, JsonValue] = field(default_factory=dict)
     reasoning_budget: ReasoningBudget | None = None  # max_reasoning_tokens: two engine phases
     responses: ResponsesPlan | None = None
 
     @property
     def tools(self) -> ToolSpec | None:
+        """The tools offered to the model (None: none, or ``tool_choice`` "none")."""
         return self.spec.tools
 
     @property
@@ -133,15 +136,9 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
                responses: ResponsesPlan | None = None) -> RequestPlan:
     """Validate what pydantic cannot, render the prompt and build the constraint."""
     check_model(state, req.model)
-    s = state.settings
-    if req.tools and len(req.tools) > s.max_tools:
-        raise bad_request(f"Too many tools: {len(req.tools)} (this server accepts at most {s.max_tools}).",
-                          param="tools", code="too_many_tools")
-    check_choice_has_tools(req.tool_choice, has_tools=bool(req.tools))
-    tools = prompt_tools(req)
-    if tools and state.tool_parser is None:
-        raise bad_request("This server has no tool-call parser for its chat template; start it with "
-                          "--tool-call-parser NAME to use 'tools'.", param="tools", code="tools_unsupported")
+    # the tools, read and checked once: the template, the grammar and the finishing checks read this
+    tool_spec = read_tools(req, max_tools=state.settings.max_tools, can_call=state.tool_parser is not None)
+    tools = list(tool_spec.prompt) if tool_spec is not None and tool_spec.offered else None
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
     # client text that spells a control token (<|im_end|>...) is encoded as plain text; a
     # RenderError is a 400 naming its param as it stands
@@ -157,7 +154,7 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
     reasoning_budget = plan_reasoning_budget(state, req)
     # Capped thinking runs the think block as its own engine phase: the request's constraint
     # is then the answer alone, without the reasoning prefix.
-    spec = constraint_spec(req, capabilities(state), think=reasoning_budget is None)
+    spec = constraint_spec(req, capabilities(state), think=reasoning_budget is None, tools=tool_spec)
     built = request_constraint(state, spec)
     budget_param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
     constraint = closing_constraint(req, spec, built)
@@ -166,14 +163,12 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
                          skip_special_tokens=not ((tools or (state.tool_parser is not None and state.tool_parser.channels))
                                                   and _markers_special(state)))
     rid = "chatcmpl-" + uuid.uuid4().hex
-    # allowed_tools: calls to the others are not returned
-    callable_names = spec.tools.names if spec.tools else ()
-    tool_schemas = {n: p or {} for n, p in spec.tools.tools if n in callable_names} if spec.tools else {}
+    tool_schemas = spec.tools.schemas if spec.tools else {}  # allowed_tools: calls to the others are not returned
     gen = checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,
                                                 constraint=constraint))
     return RequestPlan(
         api=api, request=req, id=rid, created=int(time.time()), prompts=(Prompt(prompt, prompt_ids, gen),),
-        spec=spec, json_schema=built.schema, strict=built.strict,
+        spec=spec, tool_spec=tool_spec, json_schema=built.schema, strict=built.strict,
         tool_names=tuple(tool_schemas) if tools else None, tool_schemas=tool_schemas,
         reasoning_budget=reasoning_budget, responses=responses,
     )

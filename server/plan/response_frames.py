@@ -23,7 +23,6 @@ from server.chat.stream_guard import guarded_stream
 from server.errors import APIError, internal_error
 from server.plan.build import RequestPlan, ResponsesPlan
 from server.plan.run import ChoiceUpdate, Run
-from server.protocol import ChatCompletionRequest
 from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore, StoredResponse
 from server.responses.translate import input_items, output_messages
@@ -259,8 +258,7 @@ class _Events:
 
 def _custom(plan: RequestPlan) -> frozenset[str]:
     """Custom tools: their calls are answered as custom_tool_call items."""
-    req = plan.request
-    return req.custom_tool_names() if isinstance(req, ChatCompletionRequest) else frozenset()
+    return plan.tool_spec.custom if plan.tool_spec is not None else frozenset()
 
 
 def response_stream(state: ServerState, store: ResponseStore, plan: RequestPlan) -> AsyncIterator[bytes]:

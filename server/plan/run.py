@@ -78,8 +78,9 @@ class Choice:
         self.legacy = False
         self.custom: frozenset[str] = frozenset()
         if isinstance(req, ChatCompletionRequest):
-            self.legacy = req.legacy_functions()
-            self.custom = req.custom_tool_names()  # calls answered as type "custom"
+            if plan.tool_spec is not None:
+                self.legacy = plan.tool_spec.legacy
+                self.custom = plan.tool_spec.custom  # calls answered as type "custom"
             self.stream = _new_stream(state, plan, req, streaming=streaming)
         self.inputs: dict[int, InputStream] = {}  # custom calls being streamed, by call index (chat framer)
         self.tokens = 0

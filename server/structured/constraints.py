@@ -34,7 +34,6 @@ from server.config import MAX_SCHEMA_DEPTH
 from server.engine.budget_plan import BUDGET_PREFIX
 from server.lru import BoundedLRU
 from server.structured.errors import GRAMMAR_ERRORS, ConstraintError
-from server.structured.tool_choice import read_tool_choice
 from server.structured.tool_grammar import (
     EMPTY_OBJECT,
     const,
@@ -45,6 +44,7 @@ from server.structured.tool_grammar import (
     seq,
     tool_call_format,
 )
+from server.structured.tools import ToolSpec
 from server.structured.vllm_limits import vllm_json_refusal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -384,9 +384,8 @@ def _from_structured_outputs(so: dict[str, Any], guidance: Any = None) -> _Respo
 
 
 
-def _tool_arguments_schema(function: dict[str, Any], param: str) -> Any:
+def _tool_arguments_schema(params: Any, param: str) -> Any:
     """The schema the arguments must follow; parameterless tools get exactly ``{}``."""
-    params = function.get("parameters")
     if params is None or params == {} or (
         isinstance(params, dict)
         and params.get("type") == "object"
@@ -424,22 +423,12 @@ def _typed_arrays(schema: Any) -> Any:
     return out
 
 
-def _tool_entries(tools: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    entries: list[tuple[str, Any]] = []
-    seen: set[str] = set()
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function":
-            raise ConstraintError(f"tools[{i}] must be a function tool.", f"tools[{i}].type")
-        fn = tool.get("function")
-        name = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(name, str) or not name:
-            raise ConstraintError(f"tools[{i}].function.name must be a non-empty string.", f"tools[{i}].function.name")
-        if name in seen:
-            raise ConstraintError(f"tools[{i}]: the tool name {name!r} is used twice.", f"tools[{i}].function.name")
-        seen.add(name)
-        assert isinstance(fn, dict)  # a name was found in it
-        entries.append((name, _tool_arguments_schema(fn, f"tools[{i}].function.parameters")))
-    return entries
+def _tool_entries(tools: ToolSpec) -> list[tuple[str, Any]]:
+    """(name, arguments schema) of each tool the model may call; every tool's schema is checked
+    (one left out by ``allowed_tools`` is still rendered in the prompt)."""
+    schemas = {t.name: _tool_arguments_schema(t.parameters, f"tools[{t.index}].function.parameters")
+               for t in tools.tools}
+    return [(t.name, schemas[t.name]) for t in tools.callable]
 
 
 def _finish(fmt: dict[str, Any], reasoning: ReasoningSpec | None, plain: Constraint | None) -> Constraint:
@@ -457,10 +446,8 @@ def constraint_from_request(
     *,
     response_format: dict[str, Any] | None,
     structured_outputs: dict[str, Any] | None,
-    tools: list[dict[str, Any]] | None,
-    tool_choice: str | dict[str, Any] | None,
-    parallel_tool_calls: bool,
-    tool_format: str | CallFormat | None,
+    tools: ToolSpec | None = None,
+    tool_format: str | CallFormat | None = None,
     reasoning: ReasoningSpec | None = None,
     tool_constraints: bool = True,
     guidance_schema: Any = None,
@@ -482,28 +469,25 @@ def constraint_from_request(
             )
         response = _from_structured_outputs(structured_outputs, guidance_schema)
 
-    entries = _tool_entries(tools or [])
-    choice = read_tool_choice(tool_choice, [n for n, _ in entries])
-    mode, named = choice.mode, choice.named
-    if choice.allowed is not None:
-        entries = [e for e in entries if e[0] in choice.allowed]
-
+    mode = "none" if tools is None else tools.mode
     if mode == "none":
         if response is None:
             return None
         framed = framed_answer(tool_format, response.fmt)  # Harmony: the answer is the final message's body
         return _finish(framed or response.fmt, reasoning, None if framed else response.plain)
+    assert tools is not None  # a mode other than "none" comes from tools
+    entries = _tool_entries(tools)
     if mode == "auto" and not tool_constraints:
         return None
     fmt_spec = resolve_format(tool_format)
     if mode == "named":
-        calls = tool_call_format(fmt_spec, [e for e in entries if e[0] == named], mode="required", parallel=False)
+        calls = tool_call_format(fmt_spec, entries, mode="required", parallel=False)
         return _finish(calls, reasoning, None)
     if mode == "required":
-        return _finish(tool_call_format(fmt_spec, entries, mode="required", parallel=parallel_tool_calls), reasoning, None)
+        return _finish(tool_call_format(fmt_spec, entries, mode="required", parallel=tools.parallel), reasoning, None)
     if response is None:
-        return _finish(tool_call_format(fmt_spec, entries, mode="auto", parallel=parallel_tool_calls), reasoning, None)
+        return _finish(tool_call_format(fmt_spec, entries, mode="auto", parallel=tools.parallel), reasoning, None)
     # auto + JSON answer: either the calls (no free text) or the constrained answer.
-    calls = tool_call_format(fmt_spec, entries, mode="required", parallel=parallel_tool_calls)
+    calls = tool_call_format(fmt_spec, entries, mode="required", parallel=tools.parallel)
     answer = fmt_spec.answer(response.fmt) or response.fmt
     return _finish({"type": "or", "elements": [calls, answer]}, reasoning, None)

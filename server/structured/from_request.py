@@ -157,22 +157,20 @@ def build(spec: ConstraintSpec) -> BuiltConstraint:
         param = "response_format.json_schema.schema"
         decision = _decided(spec, schema, strict=strict, param=param)
         rf["json_schema"]["schema"] = decision.xgrammar_schema
-    if so and isinstance(so.get("json"), (dict, str)):
-        so_schema = so["json"] if isinstance(so["json"], dict) else _loads(so["json"])
+    so_json = so.get("json") if so else None
+    if so and isinstance(so_json, (dict, str)):
+        so_schema = so_json if isinstance(so_json, dict) else _loads(so_json)
         param = "structured_outputs.json"
         decision = _decided(spec, so_schema, strict=True, param=param)
         so["json"] = decision.xgrammar_schema
         schema, strict = so_schema, True
-    tools = spec.tools.as_tools() if spec.tools else None
-    for name, params in spec.tools.tools if spec.tools else ():
-        if params:
-            schema_limits(spec.limits, params, param=f"tools.{name}.parameters")
+    for tool in spec.tools.tools if spec.tools else ():
+        if tool.parameters:
+            schema_limits(spec.limits, tool.parameters, param=f"tools.{tool.name}.parameters")
     constraint = constraint_from_request(  # a ConstraintError is a 400 as it stands
         response_format=rf,
         structured_outputs=so,
-        tools=tools,
-        tool_choice=spec.tools.choice if spec.tools else None,
-        parallel_tool_calls=spec.tools.parallel if spec.tools else True,
+        tools=spec.tools,
         tool_format=spec.call_format,
         reasoning=spec.reasoning,
         tool_constraints=spec.tool_constraints,

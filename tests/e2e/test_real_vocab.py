@@ -270,6 +270,7 @@ def test_a_users_non_special_marker_stays_text(row_: Row, marker: str) -> None:
 
 def test_the_tool_grammar_compiles_over_the_full_vocabulary(row: Row, folder: Path, served_tokenizer: Any) -> None:
     from server.structured.constraints import constraint_from_request
+    from server.structured.tools import tool_spec_of
     from server.structured.grammar_cache import GrammarCache, tokenizer_info_from_hf
 
     width = json.loads((folder / "config.json").read_text())["vocab_size"]
@@ -277,8 +278,8 @@ def test_the_tool_grammar_compiles_over_the_full_vocabulary(row: Row, folder: Pa
     assert info.vocab_size == width >= len(served_tokenizer)
     cache = GrammarCache(info, disable_any_whitespace=True)
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
-        c = constraint_from_request(response_format=None, structured_outputs=None, tools=TOOLS, tool_choice=choice,
-                                    parallel_tool_calls=True, tool_format=row.parser)
+        c = constraint_from_request(response_format=None, structured_outputs=None,
+                                    tools=tool_spec_of(TOOLS, choice), tool_format=row.parser)
         assert c is not None
         first, again = cache.compile(c), cache.compile(c)
         assert first.ok and not first.cached, first.error

@@ -83,9 +83,10 @@ def grammar_accepts(parser: str, tools: list[dict[str, Any]], text: str, *, tool
     """Whether the tool-call grammar the server builds for ``parser`` lets a model write exactly
     ``text`` and end there (XGrammar's matcher over characters; no tokenizer needed)."""
     from server.structured.constraints import constraint_from_request
+    from server.structured.tools import tool_spec_of
 
-    constraint = constraint_from_request(response_format=None, structured_outputs=None, tools=tools,
-                                         tool_choice=tool_choice, parallel_tool_calls=parallel, tool_format=parser)
+    constraint = constraint_from_request(response_format=None, structured_outputs=None,
+                                         tools=tool_spec_of(tools, tool_choice, parallel=parallel), tool_format=parser)
     assert constraint is not None and constraint.kind == "structural_tag"
     return structural_tag_accepts(constraint, text)
 

@@ -125,5 +125,4 @@ def test_a_user_grammar_cannot_pose_as_a_budget_header():
 
     spec = BudgetHeader(max_tokens=5, kind="grammar").wrap('root ::= "a"')
     with pytest.raises(ConstraintError, match="may not start with"):
-        constraint_from_request(response_format=None, structured_outputs={"grammar": spec}, tools=None,
-                                tool_choice=None, parallel_tool_calls=True, tool_format=None)
+        constraint_from_request(response_format=None, structured_outputs={"grammar": spec}, tools=None, tool_format=None)

@@ -17,6 +17,7 @@ import pytest
 
 from server.structured import grammar_cache as gc_mod
 from server.structured.constraints import Constraint, ConstraintError, ReasoningSpec, constraint_from_request, vllm_json_refusal
+from server.structured.tools import tool_spec_of
 from server.structured.grammar_cache import CompileResult, GrammarCache, compile_constraint, tokenizer_info_from_hf
 from tests.testdata import testdata_root
 from tool_parsers import TOOL_PARSERS, get_tool_parser
@@ -81,12 +82,12 @@ BAD_ARGS = '{"city": "Paris", "unit": "kelvin"}'
 
 
 def build(**kw: Any) -> Constraint | None:
-    args: dict[str, Any] = dict(
-        response_format=None, structured_outputs=None, tools=None, tool_choice=None,
-        parallel_tool_calls=True, tool_format=None,
-    )
+    """The constraint of a request's parts, its tools in chat's shape (read as the plan reads them)."""
+    tools, choice, parallel = kw.pop("tools", None), kw.pop("tool_choice", None), kw.pop("parallel_tool_calls", True)
+    args: dict[str, Any] = dict(response_format=None, structured_outputs=None, tool_format=None)
     args.update(kw)
-    return constraint_from_request(**args)
+    spec = tool_spec_of(tools or [], choice, parallel=parallel) if tools is not None or choice is not None else None
+    return constraint_from_request(tools=spec, **args)
 
 
 def call_text(fmt: str, calls: list[tuple[str, str]]) -> str:
@@ -486,9 +487,8 @@ def test_parameterless_tool_is_exactly_empty_braces() -> None:
     from server.structured.constraints import constraint_from_request
 
     tools = [{"type": "function", "function": {"name": "get_time"}}]
-    c = constraint_from_request(response_format=None, structured_outputs=None, tools=tools,
-                                tool_choice={"type": "function", "function": {"name": "get_time"}},
-                                parallel_tool_calls=True, tool_format="hermes")
+    c = constraint_from_request(response_format=None, structured_outputs=None, tool_format="hermes",
+                                tools=tool_spec_of(tools, {"type": "function", "function": {"name": "get_time"}}))
     assert '"const_string"' in json.dumps(c.value) and '"{}"' in json.dumps(c.value)
     assert '"json_schema"' not in json.dumps(c.value)
 

@@ -305,12 +305,14 @@ def test_the_requests_grammar_compiles_over_deepseek_v4s_vocabulary_and_accepts_
 
     from server.structured.constraints import constraint_from_request
 
+    from server.structured.tools import tool_spec_of
+
     tok = _v4_tokenizer()
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=129280)  # the model's (lm_head) width
     compiler = xgr.GrammarCompiler(info)
     for tool_choice, text in (("required", "\n\n" + SECTION + SEARCH + END), ("auto", "Let me check.\n\n" + SECTION + END)):
-        constraint = constraint_from_request(response_format=None, structured_outputs=None, tools=E2E_TOOLS,
-                                             tool_choice=tool_choice, parallel_tool_calls=True, tool_format="deepseek_v4")
+        constraint = constraint_from_request(response_format=None, structured_outputs=None,
+                                             tools=tool_spec_of(E2E_TOOLS, tool_choice), tool_format="deepseek_v4")
         assert constraint is not None
         matcher = xgr.GrammarMatcher(compiler.compile_structural_tag(json.dumps(constraint.value)))
         ids = tok.encode(text, add_special_tokens=False)

@@ -17,6 +17,7 @@ from tests.unit._front import CHAT
 from tests.unit.parser_contract import checkpoint_checks
 from tool_parsers import detect_tool_parser, get_family, get_tool_parser
 from tool_parsers.gpt_oss import MARKERS
+from server.structured.tools import tool_spec_of
 
 DATA, CALLS, EXPECT = fc.family_data("gpt_oss")
 TOOLS = DATA["tools"]
@@ -152,8 +153,8 @@ def test_grammar_after_the_reasoning_parsers_prefix() -> None:
     rp = get_reasoning_parser("openai_gptoss")
     spec = ReasoningSpec(start=rp.start, end=rp.end, starts_open=rp.starts_open)
     for choice in ("auto", "required"):
-        c = constraint_from_request(response_format=None, structured_outputs=None, tools=GRAMMAR_TOOLS,
-                                    tool_choice=choice, parallel_tool_calls=True, tool_format="gpt_oss", reasoning=spec)
+        c = constraint_from_request(response_format=None, structured_outputs=None,
+                                    tools=tool_spec_of(GRAMMAR_TOOLS, choice), tool_format="gpt_oss", reasoning=spec)
         assert c is not None
         assert _accepts(c, ANALYSIS + CALL) and _accepts(c, CALL)
         assert not _accepts(c, ANALYSIS + CALL.replace('"Paris"', "1"))
@@ -334,8 +335,8 @@ JSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "w", "schema": SCH
 def test_a_json_answer_is_framed_as_the_final_message(tools: list[dict[str, Any]] | None) -> None:
     from server.structured.constraints import constraint_from_request
 
-    c = constraint_from_request(response_format=JSON_FORMAT, structured_outputs=None, tools=tools,
-                                tool_choice="auto" if tools else None, parallel_tool_calls=True, tool_format="gpt_oss")
+    c = constraint_from_request(response_format=JSON_FORMAT, structured_outputs=None,
+                                tools=tool_spec_of(tools or [], "auto" if tools else None), tool_format="gpt_oss")
     assert c is not None and c.kind == "structural_tag"
     assert _accepts(c, ANALYSIS + '<|channel|>final<|message|>{"city": "Paris"}<|return|>')
     assert _accepts(c, '<|channel|>final <|constrain|>json<|message|>{"city": "Paris"}')
@@ -408,8 +409,8 @@ def test_grammar_over_the_real_vocabulary(harmony_compiler: Any, choice: str, te
     from server.structured.constraints import constraint_from_request
 
     enc, compiler = harmony_compiler
-    c = constraint_from_request(response_format=None, structured_outputs=None, tools=GRAMMAR_TOOLS, tool_choice=choice,
-                                parallel_tool_calls=True, tool_format="gpt_oss")
+    c = constraint_from_request(response_format=None, structured_outputs=None,
+                                tools=tool_spec_of(GRAMMAR_TOOLS, choice), tool_format="gpt_oss")
     assert c is not None
     matcher = xgr.GrammarMatcher(compiler.compile_structural_tag(json.dumps(c.value)))
     ids = enc.encode(text + stop, allowed_special="all")

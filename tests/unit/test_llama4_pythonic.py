@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from server.structured.constraints import ConstraintError
+
+from server.structured.tools import tool_spec_of
 from tests.unit import family_cases as fc
 from tests.unit._front import CHAT
 from tests.unit.parser_contract import checkpoint_checks
@@ -282,8 +284,8 @@ def test_random_token_walks_under_the_grammar_parse_to_schema_valid_calls(hf_mod
 
     tok = transformers.AutoTokenizer.from_pretrained(str(hf_model_dir))
     info = xgr.TokenizerInfo.from_huggingface(tok)
-    c = constraint_from_request(response_format=None, structured_outputs=None, tools=GRAMMAR_TOOLS, tool_choice=mode,
-                                parallel_tool_calls=True, tool_format="llama4_pythonic")
+    c = constraint_from_request(response_format=None, structured_outputs=None,
+                                tools=tool_spec_of(GRAMMAR_TOOLS, mode), tool_format="llama4_pythonic")
     assert c is not None
     compiled = xgr.GrammarCompiler(info).compile_structural_tag(json.dumps(c.value))
     schemas = tool_schemas(GRAMMAR_TOOLS) or {}

@@ -121,11 +121,12 @@ def test_grammar_modes(parser: str, two: str, one: str, name: str) -> None:
 def test_m3_grammar_refuses_open_property_names() -> None:
     """``additionalProperties`` objects have no element names XGrammar's M3 style can list: a 400 naming tools."""
     from server.structured.constraints import constraint_from_request
+    from server.structured.tools import tool_spec_of
     from server.structured.errors import ConstraintError
 
     with pytest.raises(ConstraintError, match="fixed object property names"):
-        constraint_from_request(response_format=None, structured_outputs=None, tools=DATA["tools"], tool_choice="auto",
-                                parallel_tool_calls=True, tool_format="minimax_m3")
+        constraint_from_request(response_format=None, structured_outputs=None,
+                                tools=tool_spec_of(DATA["tools"], "auto"), tool_format="minimax_m3")
 
 
 def test_m2_string_values_stream_as_they_are_written() -> None:

@@ -241,4 +241,4 @@ def test_a_llguidance_schema_travels_as_a_grammar_xgrammar_refuses() -> None:
 def test_a_user_grammar_cannot_pose_as_the_marker() -> None:
     with pytest.raises(ConstraintError, match="llguidance grammars are not accepted"):
         constraint_from_request(response_format=None, structured_outputs={"grammar": GUIDANCE_JSON_PREFIX + "{}"},
-                                tools=None, tool_choice=None, parallel_tool_calls=True, tool_format=None)
+                                tools=None, tool_format=None)

@@ -1,10 +1,10 @@
-"""server/structured/tool_choice.py: tool_choice read once, against the tools."""
+"""server/structured/tools.py: tool_choice read once, against the tools."""
 from __future__ import annotations
 
 import pytest
 
 from server.structured.errors import ConstraintError
-from server.structured.tool_choice import ToolChoice, check_choice_has_tools, read_tool_choice
+from server.structured.tools import ToolChoice, check_choice_has_tools, read_tool_choice
 
 NAMES = ["get_weather", "search"]
 
