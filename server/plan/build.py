@@ -135,11 +135,12 @@ def _sampling(state: ServerState, req: ChatCompletionRequest | CompletionRequest
 def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
                responses: ResponsesPlan | None = None) -> RequestPlan:
     """Validate what pydantic cannot, render the prompt and build the constraint."""
-    check_model(state, req.model)
-    # the tools, read and checked once: the template, the grammar and the finishing checks read this
-    tool_spec = read_tools(req, max_tools=state.settings.max_tools, can_call=state.tool_parser is not None)
-    tools = list(tool_spec.prompt) if tool_spec is not None and tool_spec.offered else None
     messages = [m.model_dump(exclude_none=True) for m in req.messages]
+    check_model(state, req.model)
+    parser = state.tool_parser
+    # the tools, read and checked once: the template, the grammar and the finishing checks read this
+    tool_spec = read_tools(req, max_tools=state.settings.max_tools, can_call=parser is not None)
+    tools = list(tool_spec.prompt) if tool_spec is not None and tool_spec.offered else None
     # client text that spells a control token (<|im_end|>...) is encoded as plain text; a
     # RenderError is a 400 naming its param as it stands
     prompt, prompt_ids = tokenize_chat_prompt(
@@ -159,9 +160,11 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
     budget_param = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
     constraint = closing_constraint(req, spec, built)
     check_floor(state.grammar_cache, constraint, max_tokens, param=budget_param)
+    # the family's markers are kept in the output where they are special tokens and calls are parsed
+    keep_markers = parser is not None and bool(tools or parser.channels) and markers_are_special(
+        state.engine.tokenizer, (parser.start, parser.end, parser.format.trigger))
     sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
-                         skip_special_tokens=not ((tools or (state.tool_parser is not None and state.tool_parser.channels))
-                                                  and _markers_special(state)))
+                         skip_special_tokens=not keep_markers)
     rid = "chatcmpl-" + uuid.uuid4().hex
     tool_schemas = spec.tools.schemas if spec.tools else {}  # allowed_tools: calls to the others are not returned
     gen = checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,
@@ -172,14 +175,6 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
         tool_names=tuple(tool_schemas) if tools else None, tool_schemas=tool_schemas,
         reasoning_budget=reasoning_budget, responses=responses,
     )
-
-
-def _markers_special(state: ServerState) -> bool:
-    """Whether the tool-call family's markers are special tokens (then kept in the output)."""
-    parser = state.tool_parser
-    if parser is None:
-        return False
-    return markers_are_special(state.engine.tokenizer, (parser.start, parser.end, parser.format.trigger))
 
 
 def _responses_plan(state: ServerState, req: ResponsesRequest, *, store: ResponseStore | None) -> RequestPlan:

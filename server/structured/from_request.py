@@ -20,7 +20,7 @@ from server.protocol import ChatCompletionRequest
 from server.state import ServerState
 from server.structured.constraints import Constraint, check_schema, constraint_from_request, nesting_exceeds
 from server.structured.schema_plan import SchemaDecision, decide_schema
-from server.structured.spec import Capabilities, ConstraintSpec, Limits
+from server.structured.spec import ConstraintSpec, Limits, capabilities
 
 __all__ = ["BuiltConstraint", "build", "capabilities", "checked", "compile_checked", "constraint_limits",
            "new_constraint_memo", "request_constraint", "schema_limits", "schema_request", "state_memo", "MAX_CHOICES"]
@@ -37,12 +37,6 @@ class BuiltConstraint:
     schema: dict[str, Any] | None = None
     strict: bool = False
     decision: SchemaDecision | None = None  # the JSON answer's schema verdict (schema_plan)
-
-
-def capabilities(state: ServerState) -> Capabilities:
-    """What this server can enforce (its settings and parsers)."""
-    return Capabilities.of(state.settings, tool_parser=state.tool_parser, reasoning_parser=state.reasoning_parser,
-                           guidance=bool(getattr(state.engine, "guidance", True)))
 
 
 def schema_limits(limits: Limits, schema: Any, *, param: str) -> None:
@@ -211,10 +205,7 @@ def checked(spec: ConstraintSpec, *, memo: BoundedLRU[str, BuiltConstraint] | No
     if spec.empty or memo is None:
         built = build(spec)
     else:
-        try:
-            key: str | None = spec.key()
-        except (TypeError, ValueError):  # not plain JSON: check it every time
-            key = None
+        key = spec.memo_key  # None: not plain JSON, checked every time
         found = memo.get(key) if key is not None else None
         if found is None:
             found = build(spec)

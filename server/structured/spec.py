@@ -10,7 +10,7 @@ comes in as :class:`Capabilities`, made once from ``Settings`` and the parsers.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from types import EllipsisType
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from server.config import Settings
 from server.json_types import JsonObject
 from server.protocol import ChatCompletionRequest, CompletionRequest
+from server.state import ServerState
 from server.structured.constraints import ReasoningSpec
 from server.structured.tools import ToolSpec, read_tools
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from reasoning_parsers.base import ReasoningParser
     from tool_parsers.base import CallFormat, ToolParser
 
-__all__ = ["Capabilities", "ConstraintSpec", "Limits", "constraint_spec"]
+__all__ = ["Capabilities", "ConstraintSpec", "Limits", "capabilities", "constraint_spec"]
 
 AnyRequest = ChatCompletionRequest | CompletionRequest
 
@@ -73,7 +74,7 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class ConstraintSpec:
-    """Everything the constraint depends on, and nothing else. ``key()`` is its identity for
+    """Everything the constraint depends on, and nothing else. ``memo_key`` is its identity for
     the memo (key order kept: property order is part of the grammar)."""
 
     response_format: JsonObject | None = None
@@ -85,10 +86,18 @@ class ConstraintSpec:
     tool_constraints: bool = True
     guidance: bool = True  # llguidance may enforce a JSON schema (Capabilities.guidance)
 
-    @property
-    def empty(self) -> bool:
-        """No format and no tools: nothing to enforce (and nothing to remember)."""
-        return not (self.response_format or self.structured_outputs or self.tools)
+    #: derived when made: no format and no tools (nothing to enforce, nothing to remember); the
+    #: spec's identity for the memo (None: a value that is not plain JSON, never remembered)
+    empty: bool = field(init=False)
+    memo_key: str | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "empty", not (self.response_format or self.structured_outputs or self.tools))
+        try:
+            key: str | None = self.key()
+        except (TypeError, ValueError):  # not plain JSON: checked every time
+            key = None
+        object.__setattr__(self, "memo_key", key)
 
     def key(self) -> str:
         """Compact JSON of every field; raises TypeError / ValueError for values that are not
@@ -96,11 +105,17 @@ class ConstraintSpec:
         tools = self.tools
         return json.dumps([
             self.response_format, self.structured_outputs,
-            None if tools is None else tools.key(),
+            None if tools is None else tools.key,
             None if self.call_format is None else asdict(self.call_format),
             None if self.reasoning is None else asdict(self.reasoning),
             asdict(self.limits), self.tool_constraints, self.guidance,
         ], separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def capabilities(state: ServerState) -> Capabilities:
+    """What this server can enforce (its settings and parsers)."""
+    return Capabilities.of(state.settings, tool_parser=state.tool_parser, reasoning_parser=state.reasoning_parser,
+                           guidance=bool(getattr(state.engine, "guidance", True)))
 
 
 def _dump(model: BaseModel | None) -> JsonObject | None:

@@ -13,7 +13,7 @@ any other schema (``server/structured/from_request.py``), when the constraint is
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from server.errors import bad_request
@@ -51,7 +51,8 @@ class Tool:
 class ToolSpec:
     """A request's tools as everything downstream sees them. ``prompt`` is what the chat template
     renders (descriptions included); the rest is what the grammar depends on (descriptions do
-    not change it, so they stay out of :meth:`key`)."""
+    not change it, so they stay out of :attr:`key`). What is derived from them is worked out once,
+    when the spec is made, and read as plain fields: the request's path never comes back here."""
 
     tools: tuple[Tool, ...]
     choice: ToolChoice
@@ -59,43 +60,31 @@ class ToolSpec:
     legacy: bool = False  # the legacy functions API (answered as function_call)
     custom: frozenset[str] = frozenset()  # custom tools (answered as type "custom")
     prompt: tuple[JsonObject, ...] = ()
+    #: derived: the choice's mode; whether the tools are offered at all (rendered, constrained,
+    #: parsed: not under "none"); the tools whose calls are returned (``allowed_tools`` narrows
+    #: them); the tools the grammar lets the model call (a named choice: that one); each returned
+    #: tool's arguments schema for the finishing checks (``{}``: any object); and what the
+    #: constraint depends on, as plain JSON (the constraint memo's key)
+    mode: ToolMode = field(init=False)
+    offered: bool = field(init=False)
+    names: tuple[str, ...] = field(init=False)
+    callable: tuple[Tool, ...] = field(init=False)
+    schemas: dict[str, JsonValue] = field(init=False)
+    key: list[JsonValue] = field(init=False)
 
-    @property
-    def mode(self) -> ToolMode:
-        return self.choice.mode
-
-    @property
-    def offered(self) -> bool:
-        """Whether the tools are offered at all (rendered, constrained, parsed): not under "none"."""
-        return self.choice.mode != "none"
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The tools whose calls are returned (``allowed_tools`` narrows them; the rest stay in
-        the prompt)."""
-        allowed = self.choice.allowed
-        return tuple(t.name for t in self.tools if allowed is None or t.name in allowed)
-
-    @property
-    def callable(self) -> tuple[Tool, ...]:
-        """The tools the grammar lets the model call (a named choice: that one)."""
-        choice = self.choice
-        if choice.mode == "named":
-            return tuple(t for t in self.tools if t.name == choice.named)
-        return tuple(t for t in self.tools if choice.allowed is None or t.name in choice.allowed)
-
-    @property
-    def schemas(self) -> dict[str, JsonValue]:
-        """Each returned tool's arguments schema, for the finishing checks (``{}``: any object)."""
-        allowed = self.choice.allowed
-        return {t.name: t.parameters or {} for t in self.tools if allowed is None or t.name in allowed}
-
-    def key(self) -> list[JsonValue]:
-        """What the constraint depends on, as plain JSON (the constraint memo's key)."""
+    def __post_init__(self) -> None:
         c = self.choice
-        return [[[t.name, t.parameters] for t in self.tools],
-                [c.mode, c.named, None if c.allowed is None else list(c.allowed)],
-                self.parallel, self.legacy, [c for c in sorted(self.custom)]]
+        returned = tuple(t for t in self.tools if c.allowed is None or t.name in c.allowed)
+        derived = {
+            "mode": c.mode, "offered": c.mode != "none", "names": tuple(t.name for t in returned),
+            "callable": tuple(t for t in self.tools if t.name == c.named) if c.mode == "named" else returned,
+            "schemas": {t.name: t.parameters or {} for t in returned},
+            "key": [[[t.name, t.parameters] for t in self.tools],
+                    [c.mode, c.named, None if c.allowed is None else list(c.allowed)],
+                    self.parallel, self.legacy, [n for n in sorted(self.custom)]],
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
 
 def check_choice_has_tools(choice: object, *, has_tools: bool) -> None:
@@ -181,7 +170,9 @@ def _choice(req: ChatCompletionRequest) -> str | JsonObject:
     if isinstance(choice, str):
         return choice
     if isinstance(choice, AllowedToolsChoice):  # the grammar offers only those
-        return {"type": "allowed_tools", "mode": choice.allowed_tools.mode, "names": list(choice.names())}
+        names: list[JsonValue] = [t.function.name if t.function is not None else str(t.name)
+                                  for t in choice.allowed_tools.tools]  # protocol.AllowedTool.tool_name
+        return {"type": "allowed_tools", "mode": choice.allowed_tools.mode, "names": names}
     dumped: JsonObject = choice.model_dump()
     return dumped
 
@@ -203,5 +194,7 @@ def read_tools(req: ChatCompletionRequest, *, max_tools: int, can_call: bool) ->
     if not can_call:
         raise bad_request("This server has no tool-call parser for its chat template; start it with "
                           "--tool-call-parser NAME to use 'tools'.", param="tools", code="tools_unsupported")
-    tools: list[JsonValue] = [t.prompt_dict() for t in req.tools]
+    # the template's form: a custom tool as the function it is called as (protocol.ToolDef)
+    tools: list[JsonValue] = [{"type": "function", "function": t.function.model_dump(exclude_none=True, by_alias=True)}
+                              for t in req.tools if t.function is not None]
     return tool_spec_of(tools, _choice(req), parallel=req.parallel_tool_calls, legacy=legacy, custom=custom)
