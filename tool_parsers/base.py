@@ -210,6 +210,14 @@ class ModelFamily:
     template: str | None = None  # chat_templates/<template>.jinja renders this family's tools, if shipped
     call_id: Callable[[str], str] | None = None  # how its templates need call ids (None: as given)
     reasoning: str | None = None  # the reasoning parser of its thinking templates (--reasoning-parser auto)
+    # Its row in docs/tool_calling.md (generated from these by ``python -m tool_parsers._docs``): the
+    # models that write it, what they write, the markers ``--tool-call-parser auto`` knows its
+    # template by (empty: never detected), and ``doc_row``, the family whose row also lists this
+    # name (a dialect or vLLM's other spelling)
+    models: str = ""
+    writes: str = ""
+    detects: str = ""
+    doc_row: str | None = None
 
     @property
     def format(self) -> CallFormat:

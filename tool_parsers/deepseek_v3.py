@@ -79,9 +79,21 @@ def _detect_v3(template: str) -> bool:
     return CALLS_BEGIN in template and "```json" in template
 
 
+_DEEPSEEK_V31_WRITES = ("`<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{...}<｜tool▁call▁end｜>"
+                        "<｜tool▁calls▁end｜>` "
+                        "(V3.1); V3 writes `<｜tool▁call▁begin｜>function<｜tool▁sep｜>f` then the JSON in a json code fence."
+                        " Both names read both shapes; the name decides what the grammar makes the model write; a "
+                        "`<｜tool▁calls▁begin｜>` repeated inside the section (V3.1 writes it again before a second call) "
+                        "is skipped")
+
 FAMILIES = (
     ModelFamily(name="deepseek_v3", reasoning="deepseek_r1", parser=DeepSeekV3ToolParser(name="deepseek_v3", format=V3_FORMAT),
-                detect=_detect_v3, detect_order=3),
+                detect=_detect_v3, detect_order=3,
+                doc_row="deepseek_v31",
+                detects="`<｜tool▁calls▁begin｜>` with the JSON in a ```` ```json ```` fence"),
     ModelFamily(name="deepseek_v31", reasoning="deepseek_v3", parser=DeepSeekV3ToolParser(), detect=lambda t: CALLS_BEGIN in t,
-                detect_order=4),
+                detect_order=4,
+                models="DeepSeek V3.1, V3.1-Terminus, V3.2-Exp / DeepSeek V3-0324, R1-0528",
+                writes=_DEEPSEEK_V31_WRITES,
+                detects="`<｜tool▁calls▁begin｜>`"),
 )

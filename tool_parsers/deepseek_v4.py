@@ -238,11 +238,29 @@ def _detect(family: str) -> Callable[[str], bool]:
     return detect
 
 
+_DEEPSEEK_V4_WRITES = ("DSML: `<｜DSML｜tool_calls>\\n<｜DSML｜invoke name=\"f\">\\n<｜DSML｜parameter name=\"k\" "
+                       "string=\"true\">v</｜DSML｜parameter>\\n</｜DSML｜invoke>\\n</｜DSML｜tool_calls>` (V3.2: "
+                       "`function_calls`; V4.1: `<｜DSML｜ calls>`, `<｜DSML｜ invoke`, `<｜DSML｜ parameter`); each dialect "
+                       "reads only its own section. `string=\"true\"` is raw text, otherwise JSON; the tool's schema has "
+                       "the last word (raw `42` for an integer is 42, JSON `null` for a string is `\"null\"`) and the "
+                       "arguments come back as JSON (a string streams as written, other values when they close); "
+                       "grammar: XGrammar's `deepseek_xml` / `deepseek_v4_1_xml` styles; thinking `deepseek_r1` (V4 "
+                       "thinks unless `thinking: false`), `deepseek_v3` for V3.2. DeepSeek publishes V4's prompt format "
+                       "as Python (`encoding_dsv4.py`), not Jinja: `tests/data/templates/deepseek_v4.jinja` renders it "
+                       "(checked against the encoder), pass it with `--chat-template`")
+
 FAMILIES = (
     ModelFamily(name="deepseek_v4", reasoning="deepseek_r1", parser=DsmlToolParser(), detect=_detect("deepseek_v4"),
-                detect_order=2),
+                detect_order=2,
+                models="DeepSeek V4 (Pro, Flash) / V4.1 / V3.2",
+                writes=_DEEPSEEK_V4_WRITES,
+                detects="`｜DSML｜` with `tool_calls>`"),
     ModelFamily(name="deepseek_v41", reasoning="deepseek_r1", parser=DeepSeekV41ToolParser(), detect=_detect("deepseek_v41"),
-                detect_order=2),
+                detect_order=2,
+                doc_row="deepseek_v4",
+                detects="`｜DSML｜` with ` calls>`"),
     ModelFamily(name="deepseek_v32", reasoning="deepseek_v3", parser=DeepSeekV32ToolParser(), detect=_detect("deepseek_v32"),
-                detect_order=2),
+                detect_order=2,
+                doc_row="deepseek_v4",
+                detects="`｜DSML｜` with `function_calls>`"),
 )

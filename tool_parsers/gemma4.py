@@ -494,6 +494,19 @@ def _detect(template: str) -> bool:
     return TOOL_CALL in template and QUOTE in template
 
 
+_GEMMA4_WRITES = ("`<|tool_call>call:f{k:<|\"|>v<|\"|>,n:3,o:{a:true},l:[1,2]}<tool_call|>`, calls back to back after"
+                  " optional text: Gemma's notation (keys bare, strings between `<|\"|>` delimiters with no escapes,"
+                  " numbers / `true` / `false` / `null` bare; `<|\"|>`-quoted keys and the `None` Jinja writes for "
+                  "null are read too); each value typed by the tool's schema and returned as JSON (a top-level "
+                  "string streams as written, other values when they close); grammar: the family's own EBNF per "
+                  "tool (XGrammar's `gemma_4` tag is disabled upstream), keys in the template's sorted order, no "
+                  "whitespace; a tool whose schema it cannot enforce exactly (string `pattern` / `format` / "
+                  "`minLength` / `maxLength`, `uniqueItems`, ...) is a 400 naming `tools`; thinking `gemma4` "
+                  "(`<|channel>thought\\n...<channel|>`, only with `enable_thinking`)")
+
 FAMILIES = (
-    ModelFamily(name="gemma4", reasoning="gemma4", parser=Gemma4ToolParser(), detect=_detect, detect_order=3),
+    ModelFamily(name="gemma4", reasoning="gemma4", parser=Gemma4ToolParser(), detect=_detect, detect_order=3,
+                models="Gemma 4",
+                writes=_GEMMA4_WRITES,
+                detects="`<|tool_call>` with `<|\"|>`"),
 )

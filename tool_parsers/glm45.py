@@ -76,8 +76,16 @@ def _detect(template: str) -> bool:
     return "<arg_key>" in template and "<tool_call>" in template
 
 
+_GLM45_WRITES = ("`<tool_call>f\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n</tool_call>` (GLM-4.7 without "
+                 "the newlines); each value typed by the tool's schema and returned as JSON, streamed as "
+                 "qwen3_coder's; a `<tool_call>` holding JSON is text")
+
 FAMILIES = (
-    ModelFamily(name="glm45", reasoning="glm45", parser=Glm45ToolParser(), detect=_detect, detect_order=6),
+    ModelFamily(name="glm45", reasoning="glm45", parser=Glm45ToolParser(), detect=_detect, detect_order=6,
+                models="GLM-4.5, 4.6, 4.7",
+                writes=_GLM45_WRITES,
+                detects="`<arg_key>` with `<tool_call>`"),
     # vLLM's name for GLM-4.7's parser; the same format (the grammar allows both layouts)
-    ModelFamily(name="glm47", reasoning="glm45", parser=Glm45ToolParser(name="glm47"), detect=lambda t: False, detect_order=7),
+    ModelFamily(name="glm47", reasoning="glm45", parser=Glm45ToolParser(name="glm47"), detect=lambda t: False, detect_order=7,
+                doc_row="glm45"),
 )

@@ -254,9 +254,19 @@ def _detect(template: str) -> bool:
     return "<|channel|>" in template and "<|message|>" in template
 
 
+_GPT_OSS_WRITES = ("Harmony messages: `<|channel|>analysis<|message|>…<|end|><|start|>assistant<|channel|>commentary"
+                   " to=functions.f <|constrain|>json<|message|>{...}<|call|>` (`to=` may come before "
+                   "`<|channel|>`); analysis → `reasoning_content` (`--reasoning-parser openai_gptoss`, picked by "
+                   "auto), `final` and recipient-less `commentary` → `content`; calls to built-in tools (browser, "
+                   "python) are not returned; a `response_format` answer is the final message's body")
+
 FAMILIES = (
-    ModelFamily(name="gpt_oss", reasoning="openai_gptoss", parser=HarmonyToolParser(), detect=_detect, detect_order=3),
+    ModelFamily(name="gpt_oss", reasoning="openai_gptoss", parser=HarmonyToolParser(), detect=_detect, detect_order=3,
+                models="gpt-oss-20b / 120b",
+                writes=_GPT_OSS_WRITES,
+                detects="`<|channel|>` with `<|message|>`"),
     # vLLM's name (--tool-call-parser openai)
     ModelFamily(name="openai", reasoning="openai_gptoss", parser=HarmonyToolParser(name="openai"), detect=lambda t: False,
-                detect_order=4),
+                detect_order=4,
+                doc_row="gpt_oss"),
 )

@@ -71,7 +71,13 @@ class HermesToolParser(BlockToolParser):
         return (obj_end, False) if final else (len(text), False)
 
 
+_HERMES_WRITES = ("`<tool_call>\\n{\"name\": \"f\", \"arguments\": {...}}\\n</tool_call>`, one block per call (several "
+                  "objects, or a JSON array of them, in one block are parsed too)")
+
 FAMILIES = (
     ModelFamily(name="hermes", reasoning="qwen3", parser=HermesToolParser(), template="hermes",
-                detect=lambda template: "<tool_call>" in template, detect_order=10),
+                detect=lambda template: "<tool_call>" in template, detect_order=10,
+                models="ChatML models: SmolLM2 (the embedded default), Qwen2.5 / Qwen3, Hermes",
+                writes=_HERMES_WRITES,
+                detects="`<tool_call>`"),
 )

@@ -81,6 +81,13 @@ def _detect(template: str) -> bool:
     return SECTION_BEGIN in template or "tool_declare" in template
 
 
+_KIMI_K2_WRITES = ("`<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{...}<|"
+                   "tool_call_end|><|tool_calls_section_end|>`; the index after `:` counts calls (the grammar allows"
+                   " any digits); the name is read from between `functions.` and `:N`")
+
 FAMILIES = (
-    ModelFamily(name="kimi_k2", reasoning="kimi_k2", parser=KimiK2ToolParser(), detect=_detect, detect_order=4),
+    ModelFamily(name="kimi_k2", reasoning="kimi_k2", parser=KimiK2ToolParser(), detect=_detect, detect_order=4,
+                models="Kimi K2, K2.5",
+                writes=_KIMI_K2_WRITES,
+                detects="`<|tool_calls_section_begin|>` or `tool_declare`"),
 )

@@ -286,6 +286,20 @@ def _detect(template: str) -> bool:
     return all(m in template for m in (OPEN, SEP, CLOSE))
 
 
+_KIMI_K3_WRITES = ("XTML channels of three special tokens: "
+                   "`<|open|>response<|sep|>text<|close|>response<|sep|><|open|>tools<|sep|><|open|>call tool=\"f\" "
+                   "index=\"1\"<|sep|><|open|>argument key=\"k\" type=\"string\"<|sep|>v<|close|>argument<|sep|><|close|>c"
+                   "all<|sep|><|close|>tools<|sep|><|close|>message<|sep|>` (the prompt opens the think or the "
+                   "response channel); the response body is `content`, the markers never are; `type=\"string\"` values"
+                   " are raw text, others JSON, both typed by the tool's schema (a `<|open|>json "
+                   "type=\"object\"<|sep|>{...}` block is read as the whole arguments); channels, so the family reads "
+                   "every answer (tools or not) as gpt_oss does; the grammar (XGrammar's `kimi_k3` layout) writes "
+                   "`type=\"number\"` for numbers as the template, leaves the response body empty under `required`, "
+                   "and puts a `response_format` answer in the response channel")
+
 FAMILIES = (
-    ModelFamily(name="kimi_k3", reasoning="kimi_k3", parser=KimiK3ToolParser(), detect=_detect, detect_order=3),
+    ModelFamily(name="kimi_k3", reasoning="kimi_k3", parser=KimiK3ToolParser(), detect=_detect, detect_order=3,
+                models="Kimi K3",
+                writes=_KIMI_K3_WRITES,
+                detects="`<|open|>`, `<|sep|>` and `<|close|>`"),
 )

@@ -199,7 +199,14 @@ def _detect(template: str) -> bool:
     return "<|python_tag|>" in template or ("<|start_header_id|>" in template and bool(_PARAMETERS.search(template)))
 
 
+_LLAMA3_JSON_WRITES = ("`{\"name\": \"f\", \"parameters\": {...}}`, several separated by `; `, at the start of the answer "
+                       "(optional `<|python_tag|>`), or after text behind a `<|python_tag|>`; the keys in any order, "
+                       "beside others (Meta's documented `{\"type\": \"function\", \"name\": ..., \"parameters\": ...}`)")
+
 FAMILIES = (
     ModelFamily(name="llama3_json", parser=Llama3JsonToolParser(), template="llama3_json", detect=_detect,
-                detect_order=30),
+                detect_order=30,
+                models="Llama 3.1 / 3.2 / 3.3",
+                writes=_LLAMA3_JSON_WRITES,
+                detects="`<|python_tag|>` or Llama 3's `parameters`"),
 )

@@ -326,8 +326,23 @@ def _detect(template: str) -> bool:
     return bool(_TEMPLATE_MARK.search(template))
 
 
+_LLAMA4_PYTHONIC_WRITES = ("`[get_weather(city=\"Paris\", days=3), get_time()]` at the start of the answer, optionally in "
+                           "`<|python_start|>…<|python_end|>`; after text only behind `<|python_start|>` (a bare list after "
+                           "text is text); values are Python literals (read by a scanner, never evaluated) typed by the "
+                           "tool's schema and returned as JSON (a string streams as written, other values when they close; a"
+                           " quoted value whose schema allows no string is read as its type); a call that breaks is content "
+                           "up to its `)`, the calls around it stay; the grammar writes keyword arguments in the schema's "
+                           "order, values as JSON in Python spelling (`True`/`False`/`None`); tools it cannot express "
+                           "(top-level `anyOf`/`$ref`/…, property names that are not Python identifiers) are a 400 naming "
+                           "`tools`. vLLM's Llama 4 template lists tools only from `custom_tools`: pass them in "
+                           "`chat_template_kwargs` too")
+
 FAMILIES = (
-    ModelFamily(name="llama4_pythonic", parser=PythonicToolParser(), detect=_detect, detect_order=25),
+    ModelFamily(name="llama4_pythonic", parser=PythonicToolParser(), detect=_detect, detect_order=25,
+                models="Llama 4 (Scout, Maverick), Llama 3.2 pythonic, ToolACE",
+                writes=_LLAMA4_PYTHONIC_WRITES,
+                detects="a pythonic call list `[func_name1(`"),
     # vLLM's name for the same format (Llama 3.2, ToolACE); the parser reads both
-    ModelFamily(name="pythonic", parser=PythonicToolParser(name="pythonic"), detect=lambda t: False, detect_order=26),
+    ModelFamily(name="pythonic", parser=PythonicToolParser(name="pythonic"), detect=lambda t: False, detect_order=26,
+                doc_row="llama4_pythonic"),
 )

@@ -13,6 +13,10 @@ __all__ = ["FAMILIES", "START", "END"]
 
 START, END = "<longcat_tool_call>", "</longcat_tool_call>"
 
+_LONGCAT_WRITES = ("`<longcat_tool_call>{\"name\": \"f\", \"arguments\": {...}}</longcat_tool_call>`, one block per call: "
+                   "Hermes' JSON calls and rules inside LongCat's markers (detected before `hermes`; no template "
+                   "shipped: the model's own is read)")
+
 FAMILIES = (
     ModelFamily(
         name="longcat",
@@ -21,5 +25,8 @@ FAMILIES = (
             call_end="}" + END, separator="\n", section_end="")),
         detect=lambda template: START in template,
         detect_order=9,  # before hermes, whose marker it does not contain but whose parser it shares
+        models="Meituan LongCat-Flash",
+        writes=_LONGCAT_WRITES,
+        detects="`<longcat_tool_call>` (before hermes)",
     ),
 )

@@ -264,9 +264,26 @@ def _detect_m3(template: str) -> bool:
     return NAMESPACE in template
 
 
+_MINIMAX_M2_WRITES = ("`<minimax:tool_call>\\n<invoke name=\"f\">\\n<parameter "
+                      "name=\"k\">v</parameter>\\n</invoke>\\n</minimax:tool_call>`; each value typed by the tool's schema "
+                      "and returned as JSON (a string streams as written, others when they close)")
+_MINIMAX_M3_WRITES = ("every element behind `]<]minimax[>[`: `]<]minimax[>[<tool_call>\\n]<]minimax[>[<invoke "
+                      "name=\"f\">]<]minimax[>[<k>v]<]minimax[>[</k>\\n]<]minimax[>[</invoke>\\n]<]minimax[>[</tool_call>`;"
+                      " a parameter is an element named by its key, nesting children for objects and `<item>`s for "
+                      "arrays (an empty element of an array / object parameter is `[]` / `{}`, a repeated element "
+                      "collects a list, as vLLM's); typed by the tool's schema; a call's arguments are sent whole when "
+                      "its `</invoke>` arrives; XGrammar's `minimax_m3_xml` style takes objects with fixed property "
+                      "names only (`additionalProperties` objects are a 400 naming `tools`)")
+
 FAMILIES = (
     ModelFamily(name="minimax_m2", reasoning="deepseek_r1", parser=MiniMaxM2ToolParser(), detect=_detect_m2,
-                detect_order=3),
+                detect_order=3,
+                models="MiniMax M2, M2.5, M2.7",
+                writes=_MINIMAX_M2_WRITES,
+                detects="`<minimax:tool_call>`"),
     ModelFamily(name="minimax_m3", reasoning="minimax_m3", parser=MiniMaxM3ToolParser(), detect=_detect_m3,
-                detect_order=3),
+                detect_order=3,
+                models="MiniMax M3",
+                writes=_MINIMAX_M3_WRITES,
+                detects="`]<]minimax[>[`"),
 )

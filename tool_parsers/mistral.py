@@ -171,12 +171,27 @@ def _is_mistral(template: str) -> bool:
 
 
 # One parser, three formats: the variants are data (what a grammar makes the model write).
+_MISTRAL_V11_WRITES = ("`[TOOL_CALLS]f[ARGS]{...}`, each call behind its own marker, as mistral-common's grammar makes "
+                       "v11+ models write it; v11 history calls carry `[CALL_ID]id` before `[ARGS]` (read, id dropped); "
+                       "`[TOOL_CALLS]f{...}` (vLLM's text once its detokenizer dropped `[ARGS]`) is read too; "
+                       "mistral-common's own v11 and v13 templates are detected as `mistral_v13`")
+_MISTRAL_WRITES = ("`[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {...}}, ...]` (tekken models write no space after the "
+                   "marker: the grammar allows both); several arrays behind one marker are read")
+
 FAMILIES = (
     ModelFamily(name="mistral_v13", reasoning="mistral", parser=MistralToolParser(name="mistral_v13", format=V13_FORMAT),
-                detect=lambda t: _is_mistral(t) and "[ARGS]" in t, detect_order=20, call_id=mistral_tool_call_id),
+                detect=lambda t: _is_mistral(t) and "[ARGS]" in t, detect_order=20, call_id=mistral_tool_call_id,
+                doc_row="mistral_v11",
+                detects="`[TOOL_CALLS]` with `[ARGS]`"),
     ModelFamily(name="mistral_v11", reasoning="mistral", parser=MistralToolParser(name="mistral_v11", format=V11_FORMAT),
                 detect=lambda t: _is_mistral(t) and bool(_V11_TEMPLATE.search(t)), detect_order=21,
-                call_id=mistral_tool_call_id),
+                call_id=mistral_tool_call_id,
+                models="Mistral v11+ (Small 3.2, Magistral, Devstral)",
+                writes=_MISTRAL_V11_WRITES,
+                detects="`[TOOL_CALLS]` followed by a Jinja expression (a v11 template's calls)"),
     ModelFamily(name="mistral", reasoning="mistral", parser=MistralToolParser(), template="mistral", detect=_is_mistral,
-                detect_order=22, call_id=mistral_tool_call_id),
+                detect_order=22, call_id=mistral_tool_call_id,
+                models="Mistral pre-v11 (SentencePiece v3, the built-in template; tekken Nemo / Small 3.1)",
+                writes=_MISTRAL_WRITES,
+                detects="`[TOOL_CALLS]`"),
 )

@@ -114,10 +114,18 @@ def _detect(template: str) -> bool:
     return "<function=" in template and "<parameter=" in template
 
 
+_QWEN3_CODER_WRITES = ("`<tool_call>\\n<function=f>\\n<parameter=k>\\nv\\n</parameter>\\n</function>\\n</tool_call>`; each "
+                       "value typed by the tool's schema and returned as JSON (a string parameter streams as it is "
+                       "written, other values when they close); a `<tool_call>` not followed by `<function=` is text")
+
 FAMILIES = (
     ModelFamily(name="qwen3_coder", reasoning="qwen3", parser=Qwen3CoderToolParser(), template="qwen3_coder", detect=_detect,
-                detect_order=5),
+                detect_order=5,
+                models="Qwen3-Coder, Qwen3.5",
+                writes=_QWEN3_CODER_WRITES,
+                detects="`<function=` with `<parameter=`"),
     # vLLM's other spelling for the same XML format
     ModelFamily(name="qwen3_xml", reasoning="qwen3", parser=Qwen3CoderToolParser(name="qwen3_xml"), detect=lambda t: False,
-                detect_order=6),
+                detect_order=6,
+                doc_row="qwen3_coder"),
 )

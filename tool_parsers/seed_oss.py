@@ -50,6 +50,15 @@ def _detect(template: str) -> bool:
     return TOOL_CALL in template
 
 
+_SEED_OSS_WRITES = ("`<seed:tool_call>\\n<function=f>\\n<parameter=k>v</parameter>\\n</function>\\n</seed:tool_call>`: "
+                    "Qwen3-Coder's elements inside Seed's markers, read and typed as `qwen3_coder`'s (a `<tool_call>`"
+                    " without `seed:` is text); grammar: XGrammar's `qwen_xml` argument style (XGrammar has no "
+                    "Seed-OSS tag); thinking `seed_oss` (`<seed:think>`, always on; `<seed:cot_budget_reflect>` notes"
+                    " stay reasoning)")
+
 FAMILIES = (
-    ModelFamily(name="seed_oss", reasoning="seed_oss", parser=SeedOssToolParser(), detect=_detect, detect_order=2),
+    ModelFamily(name="seed_oss", reasoning="seed_oss", parser=SeedOssToolParser(), detect=_detect, detect_order=2,
+                models="ByteDance Seed-OSS (36B)",
+                writes=_SEED_OSS_WRITES,
+                detects="`<seed:tool_call>` (before qwen3_coder, whose `<function=` its template also shows)"),
 )
