@@ -25,12 +25,12 @@ Conventions (checked against ``testdata/parsers/cases.json``):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 __all__ = ["ReasoningParser", "thinking_on"]
 
 
-def thinking_on(chat_template_kwargs: Mapping[str, Any] | None, reasoning_effort: str | None, *,
+def thinking_on(chat_template_kwargs: Mapping[str, object] | None, reasoning_effort: str | None, *,
                 switches: tuple[str, ...], default: bool) -> bool:
     """Whether a request with these fields thinks, for a template whose thinking is turned by
     ``switches`` (``chat_template_kwargs`` keys) and is ``default`` when none is set."""
@@ -71,7 +71,7 @@ class ReasoningParser:
         self.open_at_start = self.starts_open and thinking
         self.tool_start = tuple(m for m in tool_start if m)
 
-    def thinks(self, chat_template_kwargs: Mapping[str, Any] | None, reasoning_effort: str | None) -> bool:
+    def thinks(self, chat_template_kwargs: Mapping[str, object] | None, reasoning_effort: str | None) -> bool:
         """Whether a request with these fields thinks (see :func:`thinking_on`)."""
         return thinking_on(chat_template_kwargs, reasoning_effort, switches=self.switches,
                            default=self.thinking_default)

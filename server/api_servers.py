@@ -23,8 +23,9 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import socket
 import tempfile
-from typing import Any
+from types import FrameType
 
 from server.config import Settings
 
@@ -51,7 +52,7 @@ def _prepare_metrics_dir() -> tempfile.TemporaryDirectory:
     return folder
 
 
-def _socket(settings: Settings) -> Any:
+def _socket(settings: Settings) -> socket.socket:
     from vllm.entrypoints.launchers.launcher import create_server_socket
 
     sock = create_server_socket((settings.host, settings.port), reuse_port=True)
@@ -59,7 +60,8 @@ def _socket(settings: Settings) -> Any:
     return sock
 
 
-def _api_process(listen_address: str, sock: Any, args: argparse.Namespace, client_config: dict[str, Any]) -> None:
+def _api_process(listen_address: str, sock: socket.socket, args: argparse.Namespace,
+                 client_config: dict[str, object]) -> None:
     """The target of each API process (spawned by vLLM's APIServerProcessManager; ``args.settings``)."""
     import sys
 
@@ -84,7 +86,7 @@ def serve_api_servers(settings: Settings) -> int:
     metrics = _prepare_metrics_dir()
     stopping = False
 
-    def on_signal(signum: int, frame: Any) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         if not stopping:
             stopping = True

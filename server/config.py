@@ -24,15 +24,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["MAX_SCHEMA_DEPTH", "Settings", "option", "build_parser", "settings_from_args", "is_cpu_only", "env_name"]
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
+_T = TypeVar("_T")
 
-def option(default: Any, help: str, *, flag: str | None = None, type: Callable[[str], Any] | None = None,
-           action: str | None = None, short: str | None = None, choices: tuple[str, ...] | None = None) -> Any:
+
+def option(default: _T, help: str, *, flag: str | None = None, type: Callable[[str], _T] | None = None,
+           action: str | None = None, short: str | None = None, choices: tuple[str, ...] | None = None) -> _T:
     """A settings field with its command-line flag (default ``--field-name``) and help.
 
     ``action``: ``store_true`` (a switch), ``store_false`` (a ``--no-...`` switch), ``append``
@@ -146,7 +148,7 @@ class Settings:
     #: Every other ``vllm serve`` engine flag (``--quantization``, ``--kv-cache-dtype``, ``--enable-prefix-caching``,
     #: ``--speculative-config``, ...), parsed by vLLM's own ``AsyncEngineArgs`` definitions: (field, value) pairs
     #: that differ from vLLM's defaults, handed to the engine as they are.
-    engine_args: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), metadata={})
+    engine_args: tuple[tuple[str, object], ...] = dataclasses.field(default=(), metadata={})
 
     @property
     def model_name(self) -> str:
@@ -176,7 +178,7 @@ def env_name(flag: str) -> str:
     return "GRAMSERVE_" + flag.lstrip("-").upper().replace("-", "_")
 
 
-def _env_default(f: dataclasses.Field, raw: str) -> Any:
+def _env_default(f: dataclasses.Field, raw: str) -> object:
     meta = f.metadata["option"]
     if meta["action"] in ("store_true", "store_false"):
         on = raw.strip().lower() in ("1", "true", "yes", "on")
@@ -225,7 +227,7 @@ def _option_fields() -> list[dataclasses.Field]:
     return [f for f in dataclasses.fields(Settings) if "option" in f.metadata]
 
 
-def vllm_engine_args(argv: list[str]) -> tuple[tuple[str, Any], ...]:
+def vllm_engine_args(argv: list[str]) -> tuple[tuple[str, object], ...]:
     """``argv`` (flags gramserve does not declare) read by vLLM's own engine-argument parser: the
     fields that differ from vLLM's defaults. A flag vLLM does not know either is an error."""
     from vllm.engine.arg_utils import AsyncEngineArgs

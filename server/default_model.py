@@ -21,7 +21,15 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from server.json_types import JsonObject
+
+if TYPE_CHECKING:  # the converter's libraries, imported when it runs
+    import numpy as np
+    from gguf import GGUFReader
+    from tokenizers.pre_tokenizers import PreTokenizer
 
 __all__ = [
     "CONVERTER_VERSION",
@@ -122,8 +130,9 @@ def convert_gguf_to_hf(gguf_path: Path, out_dir: Path, *, progress: bool = True)
 # --- metadata and config ---------------------------------------------------------------------
 
 
-def _read_metadata(reader: Any) -> dict[str, Any]:
-    """All GGUF key/values as Python values."""
+def _read_metadata(reader: GGUFReader) -> dict[str, Any]:
+    """All GGUF key/values as Python values (as gguf's ``contents()`` gives them: numbers, strings,
+    booleans and lists of them, untyped there)."""
     meta: dict[str, Any] = {}
     for key, field in reader.fields.items():
         if key.startswith("GGUF."):
@@ -135,7 +144,7 @@ def _read_metadata(reader: Any) -> dict[str, Any]:
     return meta
 
 
-def _hf_config(meta: dict[str, Any], *, tied: bool) -> dict[str, Any]:
+def _hf_config(meta: dict[str, Any], *, tied: bool) -> JsonObject:
     """A LlamaForCausalLM config.json from the GGUF hyperparameters."""
     hidden = int(meta["llama.embedding_length"])
     heads = int(meta["llama.attention.head_count"])
@@ -175,7 +184,7 @@ def _hf_config(meta: dict[str, Any], *, tied: bool) -> dict[str, Any]:
     }
 
 
-def _generation_config(meta: dict[str, Any]) -> dict[str, Any]:
+def _generation_config(meta: dict[str, Any]) -> JsonObject:
     return {
         "bos_token_id": _opt_int(meta.get("tokenizer.ggml.bos_token_id")),
         "eos_token_id": _opt_int(meta.get("tokenizer.ggml.eos_token_id")),
@@ -183,7 +192,7 @@ def _generation_config(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _opt_int(value: Any) -> int | None:
+def _opt_int(value: int | str | None) -> int | None:
     return None if value is None else int(value)
 
 
@@ -215,14 +224,14 @@ def _write_tokenizer(meta: dict[str, Any], out_dir: Path) -> None:
         index = meta.get(f"tokenizer.ggml.{key}")
         return None if index is None else tokens[int(index)]
 
-    config: dict[str, Any] = {
+    config: JsonObject = {
         # Plain fast tokenizer: every transformers version loads tokenizer.json as written.
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": name("bos_token_id"),
         "eos_token": name("eos_token_id"),
         "unk_token": name("unknown_token_id"),
         "pad_token": name("padding_token_id"),
-        "additional_special_tokens": control,
+        "additional_special_tokens": list(control),
         "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
         "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
         "add_prefix_space": False,
@@ -234,7 +243,7 @@ def _write_tokenizer(meta: dict[str, Any], out_dir: Path) -> None:
     _write_json(out_dir / "tokenizer_config.json", config)
 
 
-def _pre_tokenizer(pre: str, pre_tokenizers: Any) -> Any:
+def _pre_tokenizer(pre: str, pre_tokenizers: ModuleType) -> PreTokenizer:
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
     if pre in _DIGIT_SPLIT_PRE:
         return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
@@ -246,7 +255,7 @@ def _pre_tokenizer(pre: str, pre_tokenizers: Any) -> Any:
 # --- weights ---------------------------------------------------------------------------------
 
 
-def unpermute_qk(weight: Any, n_head: int) -> Any:
+def unpermute_qk(weight: np.ndarray, n_head: int) -> np.ndarray:
     """Undo llama.cpp's `LlamaModel.permute` on Q or K rows (interleaved -> half-split RoPE)."""
     rows = weight.shape[0]
     return weight.reshape(n_head, rows // n_head // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
@@ -278,7 +287,7 @@ def _hf_name(gguf_name: str) -> str:
     raise ValueError(f"Unexpected tensor {gguf_name!r} in a Llama GGUF.")
 
 
-def _write_weights(reader: Any, config: dict[str, Any], path: Path, *, progress: bool) -> None:
+def _write_weights(reader: GGUFReader, config: JsonObject, path: Path, *, progress: bool) -> None:
     import gguf
     import numpy as np
     import torch
@@ -286,6 +295,7 @@ def _write_weights(reader: Any, config: dict[str, Any], path: Path, *, progress:
     from tqdm.auto import tqdm
 
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    assert isinstance(heads, int) and isinstance(kv_heads, int)  # as _hf_config wrote them
     state: dict[str, torch.Tensor] = {}
     bar = tqdm(reader.tensors, desc=f"Converting {DEFAULT_MODEL_NAME}", unit="tensor", disable=not progress)
     for tensor in bar:
@@ -367,5 +377,5 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def _write_json(path: Path, data: JsonObject) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from server.json_types import JsonObject
 
 __all__ = [
     "CATALOG",
@@ -115,7 +117,7 @@ class APIError(Exception):
         text = render(name) if render is not None else self.message
         return APIError(text, code=self.code, param=name(self.param) if self.param else None, headers=self.headers)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         return error_body(self.message, type=self.type, param=self.param, code=self.code)
 
     def response(self) -> JSONResponse:
@@ -138,7 +140,7 @@ def internal_error(exc: BaseException | None = None) -> APIError:
                     "report it with the x-request-id of the response.", code="internal_error")
 
 
-def error_body(message: str, *, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+def error_body(message: str, *, type: str, param: str | None = None, code: str | None = None) -> JsonObject:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
@@ -152,7 +154,7 @@ def bad_request(message: str | Callable[[Namer], str], *, code: str, param: str 
 _TYPE_LABELS = frozenset({"str", "int", "float", "bool", "dict", "list", "none", "json-or-python"})
 
 
-def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
+def _loc_to_param(loc: tuple[int | str, ...]) -> str | None:
     parts: list[str] = []
     for item in loc:
         if item in ("body",) and not parts:
@@ -167,7 +169,7 @@ def _loc_to_param(loc: tuple[Any, ...]) -> str | None:
     return "".join(parts) or None
 
 
-def validation_error(errors: Sequence[Any]) -> APIError:
+def validation_error(errors: Sequence[ErrorDetails]) -> APIError:
     """Turn pydantic errors into one 400 naming the first offending parameter."""
     if not errors:
         return bad_request("Invalid request.", code="invalid_value")
@@ -193,7 +195,7 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 def as_api_error(exc: Exception) -> APIError:
-    """Any exception as the API error the client sees (the one mapping every handler uses)."""
+    """An exception, whatever it is, as the API error the client sees (the one mapping every handler uses)."""
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, (RequestValidationError, ValidationError)):

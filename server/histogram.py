@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client import Histogram
 
 __all__ = ["observe_many"]
 
 
-def observe_many(histogram: Any, values: list[float]) -> None:
+def observe_many(histogram: Histogram, values: list[float]) -> None:
     """``histogram.observe(v)`` for each value, with the buckets counted in bulk (same samples).
 
     Falls back to one ``observe`` per value where prometheus_client's internals are not the

@@ -1,4 +1,5 @@
-"""The types of JSON data as it runs through the server: request bodies, schemas, tool specs.
+"""The types of JSON data as it runs through the server (request bodies, schemas, tool specs), and
+the one walk every layer needs of it (how deep it nests).
 
 A leaf module (it imports nothing of the server), so every layer can name what it carries instead
 of ``Any``. ``JsonValue`` is exactly what ``json.loads`` can return; code that reads a field of a
@@ -9,10 +10,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeAlias
 
-__all__ = ["JsonValue", "JsonObject", "JsonArray", "JsonMapping"]
+__all__ = ["JsonValue", "JsonObject", "JsonArray", "JsonMapping", "nesting_exceeds"]
 
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
 JsonObject: TypeAlias = "dict[str, JsonValue]"
 JsonArray: TypeAlias = "list[JsonValue]"
 #: A read-only view of a JSON object (accepts any ``dict[str, X]`` whose values are JSON).
 JsonMapping: TypeAlias = "Mapping[str, JsonValue]"
+
+
+def nesting_exceeds(doc: JsonValue, limit: int) -> bool:
+    """Whether objects / arrays in ``doc`` nest deeper than ``limit`` (iterative: no recursion)."""
+    level = [doc]
+    for _ in range(limit):
+        level = [
+            c
+            for n in level
+            if isinstance(n, (dict, list))
+            for c in (n.values() if isinstance(n, dict) else n)
+            if isinstance(c, (dict, list))
+        ]
+        if not level:
+            return False
+    return True

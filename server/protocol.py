@@ -6,9 +6,11 @@ Requests validate ranges the way the OpenAI API documents them, so a bad value i
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from server.json_types import JsonArray, JsonObject, JsonValue
 
 __all__ = [
     "ChatMessage",
@@ -18,7 +20,22 @@ __all__ = [
     "ToolDef",
     "FunctionDef",
     "usage_dict",
+    "JsonField",
+    "JsonObjectField",
+    "JsonArrayField",
 ]
+
+# Request fields that carry JSON as the client sent it (schemas, tool parameters, arguments, items).
+# The type checker sees the JSON types. Pydantic cannot build the recursive alias, and need not: a
+# body reaches it from ``json.loads``, so these values are JSON already. It checks the outer shape
+# only (an object, a list; anything inside: ``object`` is pydantic's "any value"), so the values
+# (not copied), the errors and the OpenAPI schema stay those of an untyped field.
+if TYPE_CHECKING:
+    JsonField: TypeAlias = JsonValue
+    JsonObjectField: TypeAlias = JsonObject
+    JsonArrayField: TypeAlias = JsonArray
+else:
+    JsonField, JsonObjectField, JsonArrayField = object, dict[str, object], list[object]
 
 
 class _Lenient(BaseModel):
@@ -33,7 +50,7 @@ class ContentPart(_Lenient):
 
 class FunctionCall(_Lenient):
     name: str
-    arguments: str | dict[str, Any] = "{}"
+    arguments: str | JsonObjectField = "{}"
 
 
 class ToolCall(_Lenient):
@@ -68,13 +85,13 @@ class ChatMessage(_Lenient):
 class FunctionDef(_Lenient):
     name: str = Field(pattern=r"^[a-zA-Z0-9_.\-]{1,64}$")
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JsonObjectField | None = None
     strict: bool | None = None
 
 
 class CustomToolFormat(_Lenient):
     type: Literal["text", "grammar"] = "text"
-    grammar: dict[str, Any] | None = None  # {"syntax": "regex" | "lark", "definition": str}
+    grammar: JsonObjectField | None = None  # {"syntax": "regex" | "lark", "definition": str}
 
 
 class CustomToolDef(_Lenient):
@@ -86,7 +103,7 @@ class CustomToolDef(_Lenient):
 def _custom_as_function(custom: CustomToolDef) -> FunctionDef:
     """A custom (free-form input) tool as the function tool the model calls: one string
     ``input``, constrained by the tool's regex. The call is answered in the custom shape."""
-    string: dict[str, Any] = {"type": "string"}
+    string: JsonObject = {"type": "string"}
     how = "free-form text"
     fmt = custom.format
     if fmt is not None and fmt.type == "grammar":
@@ -123,7 +140,7 @@ class ToolDef(_Lenient):
             raise ValueError("a function tool needs 'function': {'name': ..., 'parameters': ...}")
         return self
 
-    def prompt_dict(self) -> dict[str, Any]:
+    def prompt_dict(self) -> JsonObject:
         """The tool as the chat template and the grammar see it (always a function tool)."""
         assert self.function is not None
         return {"type": "function", "function": self.function.model_dump(exclude_none=True, by_alias=True)}
@@ -180,7 +197,7 @@ class StreamOptions(_Lenient):
 class JsonSchemaFormat(_Lenient):
     name: str = "response"
     description: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: JsonObjectField | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
@@ -196,7 +213,7 @@ class ResponseFormat(_Lenient):
 
 
 class StructuredOutputs(_Lenient):
-    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    json_: JsonObjectField | str | None = Field(default=None, alias="json")
     regex: str | None = None
     choice: list[str] | None = None
     grammar: str | None = None
@@ -277,7 +294,7 @@ class ChatCompletionRequest(_SamplingFields):
     parallel_tool_calls: bool = True
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: JsonObjectField | None = None
     reasoning_effort: str | None = None
     max_reasoning_tokens: int | None = Field(default=None, ge=0)
     thinking_token_budget: int | None = Field(default=None, ge=0)  # vLLM's name for the same cap
@@ -382,7 +399,7 @@ class CompletionRequest(_SamplingFields):
 
     @field_validator("prompt")
     @classmethod
-    def _prompt(cls, v: Any) -> Any:
+    def _prompt(cls, v: str | list[str] | list[int]) -> str | list[str] | list[int]:
         if isinstance(v, list) and len(v) == 0:
             raise ValueError("prompt must not be empty")
         if isinstance(v, str) and v == "":
@@ -401,8 +418,8 @@ class CompletionRequest(_SamplingFields):
         return v
 
 
-def usage_dict(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None) -> dict[str, Any]:
-    usage: dict[str, Any] = {
+def usage_dict(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None = None) -> JsonObject:
+    usage: JsonObject = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,

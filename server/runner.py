@@ -12,9 +12,11 @@ import asyncio
 import gc
 import logging
 import os
+import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -86,7 +88,7 @@ def engine_options(settings: Settings) -> EngineOptions:
     )
 
 
-def build_state(settings: Settings, *, engine_client: dict[str, Any] | None = None) -> ServerState:
+def build_state(settings: Settings, *, engine_client: dict[str, object] | None = None) -> ServerState:
     """``engine_client``: this process is one of several API processes (server/api_servers.py)."""
     from chat_templates import BUILTIN_TEMPLATES
     from server.chat.prompt_tokens import guard_for
@@ -130,7 +132,7 @@ class _Server(uvicorn.Server):
         super().__init__(config)
         self.gs = state
 
-    def handle_exit(self, sig: int, frame: Any) -> None:
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.gs.draining:
             log.info("draining", extra={"signal": sig, "in_flight": self.gs.in_flight})
         self.gs.draining = True
@@ -170,7 +172,8 @@ async def _watch_engine(state: ServerState, server: _Server) -> None:
             return
 
 
-async def _serve(settings: Settings, *, sock: Any = None, engine_client: dict[str, Any] | None = None) -> int:
+async def _serve(settings: Settings, *, sock: socket.socket | None = None,
+                 engine_client: dict[str, object] | None = None) -> int:
     """Serve until drained or the engine dies; ``sock`` and ``engine_client``: one of several API
     processes, on the listening socket and engine core they share (server/api_servers.py)."""
     from server.api.app import create_app
@@ -220,7 +223,7 @@ def serve_one_process(settings: Settings) -> int:
     return asyncio.run(_serve(settings))
 
 
-def serve_api_process(settings: Settings, sock: Any, engine_client: dict[str, Any]) -> int:
+def serve_api_process(settings: Settings, sock: socket.socket, engine_client: dict[str, object]) -> int:
     """One of ``--api-server-count`` API processes: this package's whole server on a shared socket."""
     configure_logging()
     return asyncio.run(_serve(settings, sock=sock, engine_client=engine_client))

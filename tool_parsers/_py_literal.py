@@ -14,14 +14,20 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from typing import Any
+from typing import TypeAlias
 
 from ._scan import JsonError, skip_ws
 
-__all__ = ["scan_literal", "string_end", "string_prefix", "decode_literal", "is_open_string", "NAME_LITERALS"]
+__all__ = ["scan_literal", "string_end", "string_prefix", "decode_literal", "is_open_string", "NAME_LITERALS", "PyValue",
+           "Scalar"]
 
-NAME_LITERALS: dict[str, Any] = {"True": True, "False": False, "None": None,
-                                 "true": True, "false": False, "null": None}  # (the JSON names: vLLM reads them too)
+#: A literal as the scanner reads it: JSON data, except that a dict's keys are any scalar literal
+#: (``{1: "a"}``), which ``json.dumps`` writes as strings.
+Scalar: TypeAlias = "None | bool | int | float | str"
+PyValue: TypeAlias = "None | bool | int | float | str | list[PyValue] | dict[Scalar, PyValue]"
+
+NAME_LITERALS: dict[str, bool | None] = {"True": True, "False": False, "None": None,
+                                         "true": True, "false": False, "null": None}  # (the JSON names: vLLM reads them too)
 _NUMBER = re.compile(r"[+-]?(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?[\d_]*)?[A-Za-z0-9_]*")
 _INT = re.compile(r"[+-]?\d(?:_?\d)*\Z")
 _FLOAT = re.compile(r"[+-]?(?:\d(?:_?\d)*(?:\.(?:\d(?:_?\d)*)?)?|\.\d(?:_?\d)*)(?:[eE][+-]?\d(?:_?\d)*)?\Z")
@@ -34,7 +40,7 @@ _OCTAL = re.compile(r"[0-7]{1,3}")
 _CLOSE = {"[": "]", "(": ")", "{": "}"}
 
 
-def scan_literal(text: str, p: int, *, final: bool) -> tuple[Any, int] | None:
+def scan_literal(text: str, p: int, *, final: bool) -> tuple[PyValue, int] | None:
     """The literal at ``text[p]`` as a JSON value and where it ends; None: cut off by the end of
     the text while streaming (a number or name reaching the end may still grow). :class:`JsonError`
     when it is no literal (or cut off at the final parse)."""
@@ -86,11 +92,11 @@ def _number(token: str, p: int) -> int | float:
     raise JsonError(f"{token!r} is not a number", p)
 
 
-def _container(text: str, p: int, *, final: bool) -> tuple[Any, int] | None:
+def _container(text: str, p: int, *, final: bool) -> tuple[PyValue, int] | None:
     """A list, tuple, dict or set literal (tuples and sets become lists, as in vLLM)."""
     close = _CLOSE[text[p]]
-    items: list[Any] = []
-    pairs: dict[Any, Any] = {}
+    items: list[PyValue] = []
+    pairs: dict[Scalar, PyValue] = {}
     is_dict: bool | None = None if close == "}" else False
     i = skip_ws(text, p + 1)
     while True:

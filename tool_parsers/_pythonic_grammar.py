@@ -16,7 +16,9 @@ import ast
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import cast
+
+from .base import JsonValue
 
 __all__ = ["call_grammar", "python_literal", "UnsupportedSchema"]
 
@@ -36,7 +38,7 @@ class UnsupportedSchema(ValueError):
     """A tool's ``parameters`` that keyword arguments cannot express exactly (the message says why)."""
 
 
-def python_literal(value: Any) -> str:
+def python_literal(value: JsonValue) -> str:
     """``value`` (JSON data) written as the Python literal the grammar makes the model write."""
     if value is True or value is False or value is None:
         return repr(value)
@@ -47,7 +49,7 @@ def python_literal(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _has_json_names(value: Any) -> bool:
+def _has_json_names(value: JsonValue) -> bool:
     if value is True or value is False or value is None:
         return True
     if isinstance(value, list):
@@ -70,7 +72,7 @@ def _pythonic_terminal(token: str) -> str:
     return json.dumps(python_literal(value), ensure_ascii=False)
 
 
-def _value_rules(schema: Any, prefix: str, shared: dict[str, str]) -> str:
+def _value_rules(schema: JsonValue, prefix: str, shared: dict[str, str]) -> str:
     """XGrammar's grammar for one JSON value of ``schema``, in Python's spelling, its rules
     renamed with ``prefix`` (its start rule is ``<prefix>root``). Its ``basic_*`` rules (JSON's
     own strings, numbers, ...) are kept once in ``shared`` when they are the same for every value."""
@@ -107,7 +109,7 @@ def _ebnf_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def call_grammar(name: str, schema: Any) -> str:
+def call_grammar(name: str, schema: JsonValue) -> str:
     """EBNF (start rule ``root``) for one call of ``name`` whose arguments follow ``schema``
     (an object schema, as the constraint builder normalised it). :class:`UnsupportedSchema` for a
     top level keyword arguments cannot express."""
@@ -121,12 +123,12 @@ def call_grammar(name: str, schema: Any) -> str:
     for key in _TOP_LEVEL_ONLY:
         if key in schema:
             raise UnsupportedSchema(f"pythonic calls take keyword arguments, which cannot express {key!r} at its top level")
-    required = set(schema.get("required") or ())
+    required = set(cast("list[str]", schema.get("required") or ()))  # the meta-schema checked: a list of names
     if missing := sorted(required - set(props)):
         raise UnsupportedSchema(f"it requires {', '.join(missing)} without declaring them in its properties")
     if props and extra not in (False, None) and extra != {}:
         raise UnsupportedSchema("keyword arguments are either its declared properties or free-form, not both")
-    defs = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
+    defs: dict[str, JsonValue] = {k: schema[k] for k in ("$defs", "definitions") if k in schema}
     rules = [f"root ::= {_ebnf_string(name + '(')} args {_ebnf_string(')')}"]
     if not props:
         if extra is False or extra is None:

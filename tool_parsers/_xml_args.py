@@ -15,19 +15,19 @@ import ast
 import copy
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
 
+from ._py_literal import PyValue
 from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
-from .base import ToolCallPart, ToolParser
+from .base import JsonValue, ToolCallPart, ToolParser
 
 __all__ = ["property_schema", "streams_as_text", "typed_value", "arguments_json", "XmlTags", "xml_call", "xml_text",
            "SchemaBound"]
 
 
-def property_schema(schema: Any, key: str) -> Any:
+def property_schema(schema: JsonValue, key: str) -> JsonValue:
     """The schema of parameter ``key`` in a tool's ``parameters`` (None when unknown)."""
     if not isinstance(schema, Mapping):
         return None
@@ -40,7 +40,7 @@ _ALIASES = {"float": "number", "double": "number", "int": "integer", "bool": "bo
             "list": "array", "str": "string"}
 
 
-def _types(schema: Any) -> set[str]:
+def _types(schema: JsonValue) -> set[str]:
     """The JSON types a schema allows (empty: any, or not said)."""
     if not isinstance(schema, Mapping):
         return set()
@@ -52,27 +52,39 @@ def _types(schema: Any) -> set[str]:
     if "enum" in schema and isinstance(schema["enum"], list) and not found:
         found.update("string" if isinstance(v, str) else "other" for v in schema["enum"])
     for key in ("anyOf", "oneOf"):
-        for branch in schema.get(key) or ():
-            found |= _types(branch)
+        branches = schema.get(key)
+        if branches:
+            for branch in _each(branches):
+                found |= _types(branch)
     return found
 
 
-def xml_text(value: Any) -> str:
+def _each(value: JsonValue) -> Iterable[JsonValue]:
+    """What ``for`` reads of ``value``: a list's items (a checked schema's ``anyOf``), a string's
+    characters or an object's keys (no schema: they add no type); TypeError for a number or a
+    boolean, as iterating one raises (a schema that skipped the meta-schema check may hold one)."""
+    if isinstance(value, (list, str, dict)):
+        return value
+    raise TypeError(f"{type(value).__name__!r} object is not iterable")
+
+
+def xml_text(value: JsonValue) -> str:
     """A value as the XML styles write it (for ``write``): a string as its raw text, anything else
     as JSON (the schema reads it back as the same value)."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def streams_as_text(schema: Any) -> bool:
+def streams_as_text(schema: JsonValue) -> bool:
     """Whether the value is a string whatever its text (unknown parameters are strings too, as
     in vLLM's XML parsers), so it may stream before it closes."""
     types = _types(schema)
     return schema is None or types == {"string"}
 
 
-def typed_value(text: str, schema: Any) -> Any:
+def typed_value(text: str, schema: JsonValue) -> JsonValue:
     """The value ``text`` means for a parameter of ``schema``; text that fits no allowed type
-    stays a string (the grammar never lets a model write such text)."""
+    stays a string (the grammar never lets a model write such text). A Python literal's containers
+    are taken as they are read (a tuple inside one is written as a JSON array)."""
     types = _types(schema)
     if schema is None or types == {"string"}:
         return text
@@ -91,7 +103,8 @@ def typed_value(text: str, schema: Any) -> Any:
     return text
 
 
-def _fits(value: Any, types: set[str]) -> bool:
+def _fits(value: object, types: set[str]) -> bool:
+    """Whether ``value`` (any value read so far) is of one of the JSON ``types`` (none: any JSON type)."""
     if not types:
         return isinstance(value, (dict, list, int, float, bool, str)) or value is None
     kinds = {
@@ -106,7 +119,7 @@ def _fits(value: Any, types: set[str]) -> bool:
     return any(kinds.get(t, False) for t in types)
 
 
-def arguments_json(done: Sequence[tuple[str, Any]], open_text: tuple[str, str] | None = None, *,
+def arguments_json(done: Sequence[tuple[str, JsonValue | PyValue]], open_text: tuple[str, str] | None = None, *,
                    complete: bool) -> str:
     """The arguments JSON of the parameters ``done`` so far, then a string parameter still
     being written (``open_text``: key, its text so far); closed with ``}`` when ``complete``.
@@ -123,9 +136,9 @@ class SchemaBound(ToolParser):
     a copy bound to them (name -> parameters schema)."""
 
     raw_arguments = False
-    _schemas: Mapping[str, Any] = MappingProxyType({})
+    _schemas: Mapping[str, JsonValue] = MappingProxyType({})
 
-    def with_tools(self, tools: Mapping[str, Any]) -> ToolParser:
+    def with_tools(self, tools: Mapping[str, JsonValue]) -> ToolParser:
         bound = copy.copy(self)
         bound._schemas = dict(tools)
         return bound
@@ -148,11 +161,11 @@ class XmlTags:
     layout: Callable[[str], str] = str  # as written
 
 
-def xml_call(text: str, p: int, name: str, schema: Any, tags: XmlTags, *,
+def xml_call(text: str, p: int, name: str, schema: JsonValue, tags: XmlTags, *,
              final: bool) -> tuple[ToolCallPart, int | None]:
     """The call ``name`` whose parameters start at ``p``, its arguments typed by ``schema``, and
     where its ``call_close`` ends (None: cut off while streaming); :class:`JsonError` when malformed."""
-    done: list[tuple[str, Any]] = []
+    done: list[tuple[str, JsonValue]] = []
     r = p
     while True:
         r = skip_ws(text, r)

@@ -18,7 +18,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import ClassVar, Literal, TypeAlias
 
 from ._scan import JsonError, ScanCache, scan_value
 
@@ -30,7 +30,7 @@ JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict
 JsonObject: TypeAlias = "dict[str, JsonValue]"
 
 #: One call to write: the function's name and its arguments (JSON data).
-Call = tuple[str, Mapping[str, Any]]
+Call = tuple[str, Mapping[str, JsonValue]]
 
 
 @dataclass(slots=True)  # made per parse, per token: not frozen (4x slower to build); never changed after
@@ -115,8 +115,8 @@ class CallFormat:
     # such as "qwen_xml" for <parameter=k>v</parameter>); the schema is enforced either way.
     arguments_style: str = "json"
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
         """The family's own structural-tag ``format`` for calls of ``tools`` ((name, arguments
         schema) pairs), for formats the pieces above cannot describe (channels, pythonic calls,
         call indexes). ``arguments(schema)`` is the builder's format for one call's arguments in
@@ -125,7 +125,7 @@ class CallFormat:
         the format cannot express; the constraint builder makes that a 400 naming ``tools``."""
         return None
 
-    def answer(self, content: dict[str, Any]) -> dict[str, Any] | None:
+    def answer(self, content: JsonObject) -> JsonObject | None:
         """The family's frame around a constrained answer (``response_format``, structured outputs)
         for formats whose text sits in messages (Harmony's final channel). None (the default): the
         answer is the output as it stands."""
@@ -164,7 +164,7 @@ class ToolParser(ABC):
                 raise TypeError(f"unknown parser attribute {key!r}")
             setattr(self, key, value)
 
-    def with_tools(self, tools: Mapping[str, Any]) -> ToolParser:
+    def with_tools(self, tools: Mapping[str, JsonValue]) -> ToolParser:
         """This parser for a request whose tools are ``tools`` (name -> parameters schema).
         Formats that write arguments as text (XML parameters) type them by the schema, so they
         return a bound copy; JSON formats need no schema and return ``self``."""
@@ -179,12 +179,12 @@ class ToolParser(ABC):
         return f.section_begin + f.separator.join(
             self.write_call(i, name, arguments) for i, (name, arguments) in enumerate(calls)) + f.section_end
 
-    def write_call(self, index: int, name: str, arguments: Mapping[str, Any]) -> str:
+    def write_call(self, index: int, name: str, arguments: Mapping[str, JsonValue]) -> str:
         """Call number ``index`` (from 0) of a section: the format's pieces around its arguments."""
         f = self.format
         return f.call_begin + name + f.name_end + self.write_arguments(arguments) + f.call_end
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """One call's arguments as the format writes them (JSON here; XML and other styles override)."""
         return json.dumps(arguments, ensure_ascii=False)
 

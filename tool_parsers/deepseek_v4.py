@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from ._blocks import SectionToolParser
 from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value, xml_text
-from .base import CallFormat, ModelFamily, ToolCallPart
+from .base import CallFormat, JsonObject, JsonValue, ModelFamily, ToolCallPart
 
 __all__ = ["DSML", "Dialect", "DIALECTS", "DsmlCallFormat", "DsmlToolParser", "DeepSeekV32ToolParser",
            "DeepSeekV41ToolParser", "dsml_value", "dsml_call", "FAMILIES"]
@@ -96,7 +96,7 @@ DIALECTS: Mapping[str, Dialect] = {
 }
 
 
-def dsml_value(text: str, is_string: bool, schema: Any) -> Any:
+def dsml_value(text: str, is_string: bool, schema: JsonValue) -> JsonValue:
     """The value of one parameter: raw text (``string="true"``) or JSON, typed by ``schema``."""
     types = _types(schema)
     if is_string and (schema is None or not types or "string" in types):
@@ -112,17 +112,17 @@ def dsml_value(text: str, is_string: bool, schema: Any) -> Any:
     return typed_value(text, schema)
 
 
-def _streams(is_string: bool, schema: Any) -> bool:
+def _streams(is_string: bool, schema: JsonValue) -> bool:
     """Whether a value's text is its value whatever follows (so it may stream before it closes)."""
     types = _types(schema)
     return is_string and (schema is None or not types or "string" in types)
 
 
-def dsml_call(text: str, p: int, name: str, schema: Any, dialect: Dialect, *,
+def dsml_call(text: str, p: int, name: str, schema: JsonValue, dialect: Dialect, *,
               final: bool) -> tuple[ToolCallPart, int | None]:
     """The call ``name`` whose parameters start at ``p`` and where its ``</｜DSML｜invoke>`` ends
     (None: cut off while streaming); :class:`JsonError` when malformed."""
-    done: list[tuple[str, Any]] = []
+    done: list[tuple[str, JsonValue]] = []
     head, opening, closing, call_close = dialect.head, dialect.param_open, dialect.param_close, dialect.call_close
     r = p
     while True:
@@ -159,13 +159,13 @@ class DsmlCallFormat(CallFormat):
     """The pieces (as the template writes them) and the grammar: XGrammar's built-in DSML layout,
     the section optionally after the template's blank line when a call is required."""
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-        calls = [{"type": "tag", "begin": self.call_begin + name + self.name_end, "content": arguments(schema),
-                  "end": self.call_end} for name, schema in tools]
-        inner = {"type": "tags_with_separator", "tags": calls, "separator": self.separator, "at_least_one": True,
-                 "stop_after_first": not parallel}
-        section = {"type": "tag", "begin": self.section_begin, "content": inner, "end": self.section_end}
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
+        calls: list[JsonValue] = [{"type": "tag", "begin": self.call_begin + name + self.name_end,
+                                   "content": arguments(schema), "end": self.call_end} for name, schema in tools]
+        inner: JsonObject = {"type": "tags_with_separator", "tags": calls, "separator": self.separator,
+                             "at_least_one": True, "stop_after_first": not parallel}
+        section: JsonObject = {"type": "tag", "begin": self.section_begin, "content": inner, "end": self.section_end}
         if mode == "required":
             return {"type": "sequence", "elements": [
                 {"type": "optional", "content": {"type": "const_string", "value": _LAYOUT}}, section]}
@@ -188,7 +188,7 @@ class DsmlToolParser(SchemaBound, SectionToolParser):
     call_open: ClassVar[str] = dialect.call_open
     format: ClassVar[CallFormat] = _format(dialect)
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """A parameter element per argument: a string raw (``string="true"``), anything else as JSON."""
         d = self.dialect
         return "".join(f'{d.param_open} name="{k}" string="{str(isinstance(v, str)).lower()}">'

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar, cast
 
 from ._blocks import BlockToolParser
 from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
-from ._xml_args import SchemaBound, _types, arguments_json, property_schema, streams_as_text, typed_value
-from .base import CallFormat, ModelFamily, ToolCallPart
+from ._xml_args import SchemaBound, _each, _types, arguments_json, property_schema, streams_as_text, typed_value
+from .base import CallFormat, JsonObject, JsonValue, ModelFamily, ToolCallPart
 
 __all__ = ["Gemma4ToolParser", "Gemma4CallFormat", "UnsupportedSchema", "arguments_grammar", "gemma_value", "gemma_literal",
            "QUOTE", "TOOL_CALL", "TOOL_CALL_END", "FAMILIES"]
@@ -45,16 +45,17 @@ _BAD_NAME = re.compile(r"[<>\n:,}]")
 _KEY = re.compile(r'[^:,{}\[\]<>\s"]+')
 _BARE = re.compile(r"[^,}\]<]*")
 _MAX_DEPTH = 64
+_T = TypeVar("_T")  # what one member of a container is (an item, or an object's (key, value))
 
 
 # --- reading -----------------------------------------------------------------------------------
 
-def _allows_string(schema: Any) -> bool:
+def _allows_string(schema: JsonValue) -> bool:
     types = _types(schema)
     return schema is None or not types or "string" in types
 
 
-def _bare(raw: str, schema: Any) -> Any:
+def _bare(raw: str, schema: JsonValue) -> JsonValue:
     """A bare value's meaning for ``schema`` (unknown parameters: read as JSON, else text)."""
     if schema is not None and streams_as_text(schema):
         return raw
@@ -94,12 +95,12 @@ def _key(text: str, p: int, *, final: bool) -> tuple[str, int] | None:
 
 
 def _members(text: str, p: int, close: str, *, final: bool, depth: int,
-             member: Callable[[str, int], tuple[Any, int] | None]) -> tuple[list[Any], int] | None:
+             member: Callable[[str, int], tuple[_T, int] | None]) -> tuple[list[_T], int] | None:
     """The ``,``-separated members from ``p`` up to ``close`` (``member`` reads one) and where the
     container ends; None: cut off while streaming."""
     if depth > _MAX_DEPTH:
         raise JsonError("values nest too deep", p)
-    out: list[Any] = []
+    out: list[_T] = []
     r = p
     while True:
         r = skip_ws(text, r)
@@ -120,7 +121,7 @@ def _members(text: str, p: int, close: str, *, final: bool, depth: int,
         out.append(value)
 
 
-def gemma_value(text: str, p: int, schema: Any, *, final: bool, depth: int = 0) -> tuple[Any, int] | None:
+def gemma_value(text: str, p: int, schema: JsonValue, *, final: bool, depth: int = 0) -> tuple[JsonValue, int] | None:
     """The value written at ``p`` typed by ``schema`` and where it ends; None: cut off while
     streaming; :class:`JsonError` when no continuation can make it a value."""
     p = skip_ws(text, p)
@@ -141,7 +142,7 @@ def gemma_value(text: str, p: int, schema: Any, *, final: bool, depth: int = 0) 
     if text[p] == "{":
         extra = schema.get("additionalProperties") if isinstance(schema, Mapping) else None
 
-        def pair(t: str, r: int) -> tuple[Any, int] | None:
+        def pair(t: str, r: int) -> tuple[tuple[str, JsonValue], int] | None:
             found = _key(t, r, final=final)
             if found is None:
                 return None
@@ -156,7 +157,7 @@ def gemma_value(text: str, p: int, schema: Any, *, final: bool, depth: int = 0) 
     if text[p] == "[":
         items = schema.get("items") if isinstance(schema, Mapping) else None
 
-        def item(t: str, r: int) -> tuple[Any, int] | None:
+        def item(t: str, r: int) -> tuple[JsonValue, int] | None:
             return gemma_value(t, r, items if isinstance(items, Mapping) else None, final=final, depth=depth + 1)
 
         return _members(text, p + 1, "]", final=final, depth=depth, member=item)
@@ -171,9 +172,9 @@ def gemma_value(text: str, p: int, schema: Any, *, final: bool, depth: int = 0) 
     return _bare(raw, schema), end
 
 
-def _arguments(text: str, p: int, name: str, schema: Any, *, final: bool) -> tuple[ToolCallPart, int | None]:
+def _arguments(text: str, p: int, name: str, schema: JsonValue, *, final: bool) -> tuple[ToolCallPart, int | None]:
     """The call's arguments object opening at ``p`` (its ``{``) as JSON, and where it ends."""
-    done: list[tuple[str, Any]] = []
+    done: list[tuple[str, JsonValue]] = []
     r = p + 1
 
     def cut(open_text: tuple[str, str] | None = None) -> tuple[ToolCallPart, None]:
@@ -216,7 +217,7 @@ class Gemma4ToolParser(SchemaBound, BlockToolParser):
     end: ClassVar[str] = TOOL_CALL_END
     format: ClassVar[CallFormat]  # set below (Gemma4CallFormat)
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """Gemma's notation (``{k:<|"|>v<|"|>}``, keys sorted as its template sorts them)."""
         return gemma_literal(dict(arguments))
 
@@ -277,7 +278,7 @@ garr ::= "[" "]" | "[" gany ("," gany)* "]"
 """
 
 
-def gemma_literal(value: Any) -> str:
+def gemma_literal(value: JsonValue) -> str:
     """``value`` (JSON data) in Gemma's notation, as the template's ``format_argument`` writes it."""
     if isinstance(value, str):
         return QUOTE + value + QUOTE
@@ -294,7 +295,7 @@ def _ebnf(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _fits_type(value: Any, t: Any) -> bool:
+def _fits_type(value: JsonValue, t: JsonValue) -> bool:
     """Whether an enum value has the schema's ``type`` (an enum may list values of other types)."""
     if isinstance(t, list):
         return any(_fits_type(value, x) for x in t)
@@ -308,7 +309,7 @@ def _fits_type(value: Any, t: Any) -> bool:
 class _Grammar:
     """EBNF rules for one tool's arguments; :meth:`value` returns an expression for a schema."""
 
-    def __init__(self, root: Mapping[str, Any]) -> None:
+    def __init__(self, root: Mapping[str, JsonValue]) -> None:
         self.root = root
         self.rules: list[str] = []
         self.refs: dict[str, str] = {}
@@ -318,7 +319,7 @@ class _Grammar:
         self.n += 1
         return f"r{self.n}"
 
-    def value(self, schema: Any, depth: int = 0) -> str:
+    def value(self, schema: JsonValue, depth: int = 0) -> str:
         if depth > _MAX_DEPTH:
             raise UnsupportedSchema("its schema nests too deep")
         if schema is True or schema is None:
@@ -331,7 +332,7 @@ class _Grammar:
         if "const" in s:
             return _ebnf(gemma_literal(s["const"]))
         if "enum" in s:
-            values = [v for v in s["enum"] if _fits_type(v, s.get("type"))]
+            values = [v for v in _each(s["enum"]) if _fits_type(v, s.get("type"))]
             if not values:
                 raise UnsupportedSchema("an enum none of whose values fits its type")
             return "(" + " | ".join(_ebnf(gemma_literal(v)) for v in values) + ")"
@@ -339,11 +340,12 @@ class _Grammar:
             if key in s:
                 rest = {k: v for k, v in s.items() if k != key}
                 return "(" + " | ".join(self.value({**rest, **b} if isinstance(b, Mapping) else b, depth + 1)
-                                        for b in s[key]) + ")"
+                                        for b in _each(s[key])) + ")"
         if "allOf" in s:
-            if len(s["allOf"]) != 1 or not isinstance(s["allOf"][0], Mapping):
+            all_of = cast("list[JsonValue]", s["allOf"])  # the meta-schema checked: a list of schemas
+            if len(all_of) != 1 or not isinstance(all_of[0], Mapping):
                 raise UnsupportedSchema("'allOf' with more than one schema")
-            return self.value({**{k: v for k, v in s.items() if k != "allOf"}, **s["allOf"][0]}, depth + 1)
+            return self.value({**{k: v for k, v in s.items() if k != "allOf"}, **all_of[0]}, depth + 1)
         if bad := sorted(set(s) - _SUPPORTED):
             raise UnsupportedSchema(f"Gemma 4's grammar cannot enforce {', '.join(map(repr, bad))}")
         t = s.get("type")
@@ -372,21 +374,22 @@ class _Grammar:
             return self._array(s, depth)
         raise UnsupportedSchema(f"unknown type {t!r}")
 
-    def _ref(self, s: Mapping[str, Any], depth: int) -> str:
+    def _ref(self, s: Mapping[str, JsonValue], depth: int) -> str:
         ref = s["$ref"]
         if len(s) > 1 or not isinstance(ref, str):
             raise UnsupportedSchema("'$ref' beside other keywords")
         name = self.refs.get(ref)
         if name is None:
             m = re.fullmatch(r"#/(\$defs|definitions)/([^/]+)", ref)
-            target = (self.root.get(m.group(1)) or {}).get(m.group(2)) if m else None
+            # (the meta-schema checked $defs / definitions: an object of schemas)
+            target = cast("Mapping[str, JsonValue]", self.root.get(m.group(1)) or {}).get(m.group(2)) if m else None
             if target is None:
                 raise UnsupportedSchema(f"the reference {ref!r} is not one of its own $defs")
             name = self.refs[ref] = self.fresh()
             self.rules.append(f"{name} ::= {self.value(target, depth + 1)}")
         return name
 
-    def _number(self, s: Mapping[str, Any]) -> str:
+    def _number(self, s: Mapping[str, JsonValue]) -> str:
         """XGrammar's own grammar for a bounded number (JSON's spelling is Gemma's), renamed."""
         import xgrammar as xgr
 
@@ -398,11 +401,11 @@ class _Grammar:
         self.rules.extend(line for line in renamed.splitlines() if line.strip())
         return prefix + "root"
 
-    def _object(self, s: Mapping[str, Any], depth: int) -> str:
+    def _object(self, s: Mapping[str, JsonValue], depth: int) -> str:
         props = s.get("properties") or {}
         if not isinstance(props, Mapping):
             raise UnsupportedSchema("its properties are not an object")
-        required = set(s.get("required") or ())
+        required = set(cast("list[str]", s.get("required") or ()))  # the meta-schema checked: a list of names
         if missing := sorted(required - set(props)):
             raise UnsupportedSchema(f"it requires {', '.join(missing)} without declaring them in its properties")
         extra = s.get("additionalProperties")
@@ -425,9 +428,10 @@ class _Grammar:
         self.rules.append(f'{base}_a{len(keys)} ::= ""')
         return f'"{{" {base}_s0 "}}"'
 
-    def _array(self, s: Mapping[str, Any], depth: int) -> str:
+    def _array(self, s: Mapping[str, JsonValue], depth: int) -> str:
         item = self.value(s.get("items", True), depth + 1)
-        lo, hi = int(s.get("minItems", 0)), s.get("maxItems")
+        # the meta-schema checked: non-negative integers (2.0 too)
+        lo, hi = int(cast("int | float", s.get("minItems", 0))), cast("int | float | None", s.get("maxItems"))
         if hi is not None and int(hi) < lo:
             raise UnsupportedSchema("maxItems below minItems")
         if hi is not None and int(hi) == 0:
@@ -437,7 +441,7 @@ class _Grammar:
         return f'("[" "]" | {some})' if lo == 0 else some
 
 
-def arguments_grammar(schema: Any) -> str:
+def arguments_grammar(schema: JsonValue) -> str:
     """EBNF (start rule ``root``) for one call's arguments object ``{...}`` in Gemma's notation,
     typed by ``schema``; :class:`UnsupportedSchema` for what it cannot enforce exactly."""
     schema = schema if isinstance(schema, Mapping) else {"type": "object"}
@@ -453,9 +457,9 @@ def arguments_grammar(schema: Any) -> str:
 class Gemma4CallFormat(CallFormat):
     """Calls back to back, each ``<|tool_call>call:NAME`` + arguments grammar + ``<tool_call|>``."""
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-        calls: list[tuple[str, dict[str, Any]]] = []
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
+        calls: list[tuple[str, JsonObject]] = []
         for name, schema in tools:
             if not name or _BAD_NAME.search(name) or "{" in name:
                 raise UnsupportedSchema(f"The tool name {name!r} cannot be written in Gemma 4's call format.")
@@ -464,10 +468,10 @@ class Gemma4CallFormat(CallFormat):
             except UnsupportedSchema as exc:  # the constraint builder makes it a 400 naming the tools
                 raise UnsupportedSchema(f"The tool {name!r} cannot be called in Gemma 4's format: {exc}.") from None
 
-        def one_of(elements: list[dict[str, Any]]) -> dict[str, Any]:
-            return elements[0] if len(elements) == 1 else {"type": "or", "elements": elements}
+        def one_of(elements: list[JsonObject]) -> JsonObject:
+            return elements[0] if len(elements) == 1 else {"type": "or", "elements": [*elements]}
 
-        def const(text: str) -> dict[str, Any]:
+        def const(text: str) -> JsonObject:
             return {"type": "const_string", "value": text}
 
         whole = one_of([{"type": "sequence", "elements": [const(b), g, const(self.call_end)]} for b, g in calls])
@@ -476,10 +480,10 @@ class Gemma4CallFormat(CallFormat):
                 return whole
             return {"type": "sequence", "elements": [whole, {"type": "star", "content": whole}]}
         if not parallel:
-            tags = [{"type": "tag", "begin": b, "content": g, "end": self.call_end} for b, g in calls]
+            tags: list[JsonValue] = [{"type": "tag", "begin": b, "content": g, "end": self.call_end} for b, g in calls]
         else:  # each tag carries the calls after it, so nothing but calls may follow the first
             nxt = one_of([{"type": "sequence", "elements": [const(self.call_end + b), g]} for b, g in calls])
-            more = {"type": "star", "content": nxt}
+            more: JsonObject = {"type": "star", "content": nxt}
             tags = [{"type": "tag", "begin": b, "content": {"type": "sequence", "elements": [g, more]},
                      "end": self.call_end} for b, g in calls]
         return {"type": "triggered_tags", "triggers": [self.trigger], "tags": tags, "stop_after_first": True}

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ._blocks import BlockToolParser
 from ._scan import JsonError, skip_ws
 from ._xml_args import SchemaBound, XmlTags, xml_call, xml_text
-from .base import CallFormat, ModelFamily, ToolCallPart
+from .base import CallFormat, JsonValue, ModelFamily, ToolCallPart
 
 __all__ = ["Glm45ToolParser", "FAMILIES"]
 
@@ -45,7 +45,7 @@ class Glm45ToolParser(SchemaBound, BlockToolParser):
         trigger="<tool_call>", section_begin="", call_begin="<tool_call>", name_end="", call_end="</tool_call>",
         separator="\n", section_end="", arguments_style="glm_xml")
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """``<arg_key>``/``<arg_value>`` pairs, each on a line of its own (GLM-4.5's template)."""
         return "".join(f"\n{_KEY}{k}</arg_key>\n<arg_value>{xml_text(v)}</arg_value>" for k, v in arguments.items()) + "\n"
 

@@ -24,13 +24,13 @@ built-in: analysis and preamble messages, then calls or the final message.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from ._calls import named_arguments
 from ._scan import JsonError, partial_marker_start, skip_ws
-from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
+from .base import CallFormat, Checkpoint, JsonObject, JsonValue, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["HarmonyToolParser", "HarmonyCallFormat", "FAMILIES", "MARKERS"]
 
@@ -50,15 +50,15 @@ _REASONING, _CONTENT, _SKIP = "analysis", "content", "skip"  # resume words: ins
 class HarmonyCallFormat(CallFormat):
     """The pieces (one call, as the model writes it) and the grammar of whole messages."""
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-        """Any analysis or preamble messages, then one call (more with ``parallel``) or, under
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
+        """Analysis or preamble messages, if any, then one call (more with ``parallel``) or, under
         auto, the final message. A call's end is the stop token ``<|call|>`` or nothing (the
         engine stops at it)."""
-        calls: list[dict[str, Any]] = [
+        calls: list[JsonValue] = [
             {"type": "tag", "begin": begin.format(name=name), "content": arguments(schema), "end": [CALL, ""]}
             for name, schema in tools for begin in _CALL_BEGINS]
-        call: dict[str, Any] = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+        call: JsonValue = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
         if parallel:
             call = {"type": "sequence", "elements": [call, {"type": "star", "content": {
                 "type": "sequence", "elements": [{"type": "const_string", "value": ASSISTANT}, call]}}]}
@@ -66,25 +66,25 @@ class HarmonyCallFormat(CallFormat):
             call = {"type": "or", "elements": [call, _final({"type": "any_text"})]}
         return _after_messages(call)
 
-    def answer(self, content: dict[str, Any]) -> dict[str, Any] | None:
+    def answer(self, content: JsonObject) -> JsonObject | None:
         """A constrained answer (``response_format``) is the final message's body."""
         return _after_messages(_final(content))
 
 
-def _final(content: dict[str, Any]) -> dict[str, Any]:
+def _final(content: JsonValue) -> JsonObject:
     """The final message holding ``content`` (vLLM's harmony tag: with or without a json type)."""
-    finals = [{"type": "tag", "begin": CHANNEL + "final" + constrain + MESSAGE, "content": content,
-               "end": [END, RETURN, ""]} for constrain in ("", " " + CONSTRAIN + "json", " json")]
+    finals: list[JsonValue] = [{"type": "tag", "begin": CHANNEL + "final" + constrain + MESSAGE, "content": content,
+                                "end": [END, RETURN, ""]} for constrain in ("", " " + CONSTRAIN + "json", " json")]
     return {"type": "or", "elements": finals}
 
 
-def _after_messages(last: dict[str, Any]) -> dict[str, Any]:
+def _after_messages(last: JsonValue) -> JsonObject:
     """``last`` after any analysis or preamble messages. A leading ``<|start|>assistant`` is allowed,
     so that the reasoning parser's block (the first analysis message) may come before."""
-    def message(channel: str) -> dict[str, Any]:
+    def message(channel: str) -> JsonValue:
         return {"type": "tag", "begin": CHANNEL + channel + MESSAGE, "content": {"type": "any_text"}, "end": [END]}
 
-    before = {"type": "star", "content": {"type": "sequence", "elements": [
+    before: JsonValue = {"type": "star", "content": {"type": "sequence", "elements": [
         {"type": "or", "elements": [message("analysis"), message("commentary")]},
         {"type": "const_string", "value": ASSISTANT}]}}
     return {"type": "sequence", "elements": [

@@ -16,13 +16,13 @@ XGrammar's ``kimi`` built-in tag: any digits). Text after the section is content
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from ._blocks import SectionToolParser
 from ._scan import marked_name_end, skip_ws
-from .base import CallFormat, ModelFamily
+from .base import CallFormat, JsonObject, JsonValue, ModelFamily
 
 __all__ = ["KimiK2ToolParser", "KimiCallFormat", "FAMILIES"]
 
@@ -37,15 +37,15 @@ _BAD_NAME = re.compile(r"[<>\n|]")
 class KimiCallFormat(CallFormat):
     """The pieces (index 0, for prompts and round trips) and the grammar with any index."""
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-        calls = [{"type": "tag", "begin": f"{CALL_BEGIN}{_PREFIX}{name}:", "end": CALL_END,
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
+        calls: list[JsonValue] = [{"type": "tag", "begin": f"{CALL_BEGIN}{_PREFIX}{name}:", "end": CALL_END,
                   "content": {"type": "sequence", "elements": [
                       {"type": "regex", "pattern": r"\d{1,4}"}, {"type": "const_string", "value": ARGS_BEGIN},
                       arguments(schema)]}} for name, schema in tools]
-        inner = {"type": "tags_with_separator", "tags": calls, "separator": "", "at_least_one": True,
-                 "stop_after_first": not parallel}
-        section = {"type": "tag", "begin": SECTION_BEGIN, "content": inner, "end": SECTION_END}
+        inner: JsonObject = {"type": "tags_with_separator", "tags": calls, "separator": "", "at_least_one": True,
+                             "stop_after_first": not parallel}
+        section: JsonObject = {"type": "tag", "begin": SECTION_BEGIN, "content": inner, "end": SECTION_END}
         if mode == "required":
             return section
         return {"type": "triggered_tags", "triggers": [SECTION_BEGIN], "tags": [section], "stop_after_first": True}
@@ -62,7 +62,7 @@ class KimiK2ToolParser(SectionToolParser):
         trigger=SECTION_BEGIN, section_begin=SECTION_BEGIN, call_begin=CALL_BEGIN + _PREFIX,
         name_end=":0" + ARGS_BEGIN, call_end=CALL_END, separator="", section_end=SECTION_END)
 
-    def write_call(self, index: int, name: str, arguments: Mapping[str, Any]) -> str:
+    def write_call(self, index: int, name: str, arguments: Mapping[str, JsonValue]) -> str:
         """``functions.name:index``: each call's index counts up from 0 (the template's ids)."""
         return f"{CALL_BEGIN}{_PREFIX}{name}:{index}{ARGS_BEGIN}{self.write_arguments(arguments)}{CALL_END}"
 

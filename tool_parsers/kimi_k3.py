@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from ._content import AFTER_CALL, ContentBuilder, malformed_block
 from ._scan import JsonError, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value, xml_text
-from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
+from .base import CallFormat, Checkpoint, JsonObject, JsonValue, ModelFamily, ParsedTools, ToolCallPart
 
 __all__ = ["KimiK3CallFormat", "KimiK3ToolParser", "MARKERS", "FAMILIES"]
 
@@ -60,7 +60,7 @@ def _escape(value: str) -> str:
     return value.replace("&", "&amp;").replace('"', "&quot;")
 
 
-def _value(text: str, kind: str, schema: Any) -> Any:
+def _value(text: str, kind: str, schema: JsonValue) -> JsonValue:
     """One argument: raw text for ``type="string"``, else JSON; read again by the schema when that
     reading does not fit it."""
     types = _types(schema)
@@ -77,7 +77,7 @@ def _value(text: str, kind: str, schema: Any) -> Any:
     return typed_value(text, schema)
 
 
-def _kind(value: Any) -> str:
+def _kind(value: JsonValue) -> str:
     """The ``type`` attribute of a value."""
     if isinstance(value, str):
         return "string"
@@ -88,7 +88,7 @@ def _kind(value: Any) -> str:
     return "object" if isinstance(value, Mapping) else "array" if isinstance(value, list) else "number"
 
 
-def _streams(kind: str, schema: Any) -> bool:
+def _streams(kind: str, schema: JsonValue) -> bool:
     types = _types(schema)
     return kind == "string" and (schema is None or not types or "string" in types)
 
@@ -97,13 +97,13 @@ def _streams(kind: str, schema: Any) -> bool:
 class KimiK3CallFormat(CallFormat):
     """The pieces (one call, index 1) and the grammar of the whole answer after any thinking."""
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-        calls = [{"type": "tag", "begin": f'{CALL_OPEN} tool="{_escape(name)}" index="', "end": CALL_CLOSE,
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
+        calls: list[JsonValue] = [{"type": "tag", "begin": f'{CALL_OPEN} tool="{_escape(name)}" index="', "end": CALL_CLOSE,
                   "content": {"type": "sequence", "elements": [
                       {"type": "regex", "pattern": r"\d{1,4}"}, {"type": "const_string", "value": '"' + SEP},
                       arguments(schema)]}} for name, schema in tools]
-        section = {"type": "sequence", "elements": [
+        section: JsonObject = {"type": "sequence", "elements": [
             {"type": "const_string", "value": TOOLS_OPEN},
             {"type": "tags_with_separator", "tags": calls, "separator": "", "at_least_one": True,
              "stop_after_first": not parallel},
@@ -111,18 +111,18 @@ class KimiK3CallFormat(CallFormat):
         if mode == "required":  # calls only: an empty response channel
             return {"type": "sequence", "elements": [_response_open(), {"type": "const_string", "value": RESPONSE_CLOSE},
                                                      section, {"type": "const_string", "value": MESSAGE_CLOSE}]}
-        body = {"type": "tag", "begin": "", "content": {"type": "any_text", "excludes": [OPEN, CLOSE]},
-                "end": RESPONSE_CLOSE}
+        body: JsonObject = {"type": "tag", "begin": "", "content": {"type": "any_text", "excludes": [OPEN, CLOSE]},
+                            "end": RESPONSE_CLOSE}
         return {"type": "sequence", "elements": [_response_open(), body, {"type": "optional", "content": section},
                                                  {"type": "const_string", "value": MESSAGE_CLOSE}]}
 
-    def answer(self, content: dict[str, Any]) -> dict[str, Any] | None:
+    def answer(self, content: JsonObject) -> JsonObject | None:
         """A constrained answer (``response_format``) is the response channel's body."""
         return {"type": "sequence", "elements": [_response_open(), content, {"type": "const_string", "value": RESPONSE_CLOSE},
                                                  {"type": "const_string", "value": MESSAGE_CLOSE}]}
 
 
-def _response_open() -> dict[str, Any]:
+def _response_open() -> JsonObject:
     """The response channel's opening marker: written by the model after thinking, by the prompt without."""
     return {"type": "optional", "content": {"type": "const_string", "value": RESPONSE_OPEN}}
 
@@ -138,12 +138,12 @@ class KimiK3ToolParser(SchemaBound):
         trigger=TOOLS_OPEN, section_begin=TOOLS_OPEN, call_begin=f'{CALL_OPEN} tool="', name_end=f'" index="1"{SEP}',
         call_end=CALL_CLOSE, separator="", section_end=TOOLS_CLOSE, arguments_style="kimi_k3_xml")
 
-    def write_call(self, index: int, name: str, arguments: Mapping[str, Any]) -> str:
+    def write_call(self, index: int, name: str, arguments: Mapping[str, JsonValue]) -> str:
         """``index="N"`` counts the calls from 1; the name is escaped as an attribute value."""
         return (f'{CALL_OPEN} tool="{_escape(name)}" index="{index + 1}"{SEP}' + self.write_arguments(arguments)
                 + CALL_CLOSE)
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """An ``argument`` element per argument, typed as XGrammar's ``kimi_k3_xml`` style types it
         (every number ``number``)."""
         return "".join(f'{ARG_OPEN} key="{_escape(k)}" type="{_kind(v)}"{SEP}{xml_text(v)}{ARG_CLOSE}'
@@ -224,7 +224,7 @@ class KimiK3ToolParser(SchemaBound):
         if not name:
             raise JsonError("a call without a tool name", p)
         schema = self._schemas.get(name)
-        done: list[tuple[str, Any]] = []
+        done: list[tuple[str, JsonValue]] = []
         r = q
         while True:
             r = skip_ws(text, r)

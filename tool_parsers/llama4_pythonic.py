@@ -23,14 +23,14 @@ and under ``auto`` the list or text in which no list opens.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-from ._py_literal import is_open_string, scan_literal, string_end, string_prefix
+from ._py_literal import PyValue, is_open_string, scan_literal, string_end, string_prefix
 from ._scan import JsonError, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, streams_as_text, typed_value
-from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart
+from .base import CallFormat, Checkpoint, JsonObject, JsonValue, ModelFamily, ParsedTools, ToolCallPart
 
 __all__ = ["PythonicToolParser", "PythonicCallFormat", "FAMILIES"]
 
@@ -45,21 +45,21 @@ _CONTENT, _CALLS, _AFTER = "content", "calls", "after"  # resume words: all text
 class PythonicCallFormat(CallFormat):
     """The pieces (for prompts and round trips) and the grammar: each call an EBNF grammar typed by its schema."""
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
         from ._pythonic_grammar import UnsupportedSchema, call_grammar
 
-        calls = []
+        calls: list[JsonValue] = []
         for name, schema in tools:
             try:
                 calls.append({"type": "grammar", "grammar": call_grammar(name, schema)})
             except UnsupportedSchema as exc:  # the constraint builder makes it a 400 naming the tools
                 raise UnsupportedSchema(f"The tool {name!r} cannot be called in the pythonic format: {exc}.") from None
-        one = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
-        more = [{"type": "star", "content": {"type": "sequence", "elements": [
+        one: JsonValue = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+        more: list[JsonValue] = [{"type": "star", "content": {"type": "sequence", "elements": [
             {"type": "const_string", "value": self.separator}, one]}}] if parallel else []
-        block = {"type": "sequence", "elements": [{"type": "const_string", "value": self.section_begin}, one, *more,
-                                                  {"type": "const_string", "value": self.section_end}]}
+        block: JsonObject = {"type": "sequence", "elements": [{"type": "const_string", "value": self.section_begin}, one,
+                                                              *more, {"type": "const_string", "value": self.section_end}]}
         if mode == "required":
             return block
         # auto: the calls, or text in which no call list could open (calls only start the answer)
@@ -85,7 +85,7 @@ class PythonicToolParser(SchemaBound):
         trigger="[", section_begin="[", call_begin="", name_end="(", call_end=")", separator=", ", section_end="]",
         calls_follow_text=False, arguments_style="pythonic")
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """Keyword arguments, each value a Python literal."""
         from ._pythonic_grammar import python_literal
 
@@ -207,7 +207,7 @@ class PythonicToolParser(SchemaBound):
 
     def _arguments(self, text: str, i: int, name: str, *, final: bool) -> tuple[ToolCallPart, int | None]:
         schema = self._schemas.get(name)
-        done: list[tuple[str, Any]] = []
+        done: list[tuple[str, JsonValue | PyValue]] = []
         n = len(text)
 
         def cut(open_text: tuple[str, str] | None = None) -> tuple[ToolCallPart, None]:
@@ -247,7 +247,7 @@ class PythonicToolParser(SchemaBound):
                 raise JsonError("expected ',' or ')'", i)
 
 
-def _typed(value: Any, schema: Any) -> Any:
+def _typed(value: PyValue, schema: JsonValue) -> JsonValue | PyValue:
     """A value as written when it fits the schema; a string whose schema allows no string, read as its type."""
     if isinstance(value, str) and schema is not None and not _fits(value, _types(schema)):
         return typed_value(value, schema)

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal, TypeAlias
 
 from ._blocks import SectionToolParser
 from ._scan import JsonError, marked_name_end, skip_ws
-from ._xml_args import SchemaBound, XmlTags, _types, property_schema, typed_value, xml_call, xml_text
-from .base import CallFormat, ModelFamily, ToolCallPart
+from ._xml_args import SchemaBound, XmlTags, _each, _types, property_schema, typed_value, xml_call, xml_text
+from .base import CallFormat, JsonObject, JsonValue, ModelFamily, ToolCallPart
 
 __all__ = ["MiniMaxCallFormat", "MiniMaxM2ToolParser", "MiniMaxM3ToolParser", "NAMESPACE", "m3_arguments",
            "FAMILIES"]
@@ -56,13 +56,13 @@ class MiniMaxCallFormat(CallFormat):
     """XGrammar's built-in MiniMax layout: under ``required`` the section may follow the
     template's newline."""
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-        calls = [{"type": "tag", "begin": self.call_begin + name + self.name_end, "content": arguments(schema),
-                  "end": self.call_end} for name, schema in tools]
-        inner = {"type": "tags_with_separator", "tags": calls, "separator": "", "at_least_one": True,
-                 "stop_after_first": not parallel}
-        section = {"type": "tag", "begin": self.section_begin, "content": inner, "end": self.section_end}
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
+        calls: list[JsonValue] = [{"type": "tag", "begin": self.call_begin + name + self.name_end,
+                                   "content": arguments(schema), "end": self.call_end} for name, schema in tools]
+        inner: JsonObject = {"type": "tags_with_separator", "tags": calls, "separator": "", "at_least_one": True,
+                             "stop_after_first": not parallel}
+        section: JsonObject = {"type": "tag", "begin": self.section_begin, "content": inner, "end": self.section_end}
         if mode == "required":
             return {"type": "sequence", "elements": [
                 {"type": "optional", "content": {"type": "const_string", "value": "\n"}}, section]}
@@ -81,7 +81,7 @@ class MiniMaxM2ToolParser(SchemaBound, SectionToolParser):
         name_end='">\n', call_end="</invoke>\n", separator="", section_end="</minimax:tool_call>",
         arguments_style="minimax_xml")
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """A ``<parameter name="k">`` line per argument (a string raw, anything else as JSON)."""
         return "".join(f'<parameter name="{k}">{xml_text(v)}</parameter>\n' for k, v in arguments.items())
 
@@ -97,7 +97,7 @@ class MiniMaxM2ToolParser(SchemaBound, SectionToolParser):
 
 _OPEN, _CLOSE = NAMESPACE + "<", NAMESPACE + "</"
 _ELEMENT = re.compile(re.escape(_OPEN) + r"([^<>/\s\"][^<>\s\"]*)>")
-_Element = str | list[tuple[str, Any]]  # an element's text, or its (name, element) children
+_Element: TypeAlias = "str | list[tuple[str, _Element]]"  # an element's text, or its (name, element) children
 
 
 def _element(text: str, p: int, depth: int, *, final: bool) -> tuple[str, _Element, int] | None:
@@ -139,7 +139,7 @@ def _element(text: str, p: int, depth: int, *, final: bool) -> tuple[str, _Eleme
     return name, children, pos
 
 
-def _container(schema: Any) -> str | None:
+def _container(schema: JsonValue) -> str | None:
     """``array`` or ``object`` when the schema allows one (the first found), else None."""
     if not isinstance(schema, dict):
         return None
@@ -155,16 +155,16 @@ def _container(schema: Any) -> str | None:
     return None
 
 
-def _branch(schema: Any, kind: str) -> Any:
+def _branch(schema: JsonValue, kind: str) -> JsonValue:
     """The ``kind`` alternative of a schema (itself, or its anyOf / oneOf branch)."""
     for key in ("anyOf", "oneOf"):
-        for b in (schema.get(key) or ()) if isinstance(schema, dict) else ():
+        for b in _each(schema.get(key) or []) if isinstance(schema, dict) else ():
             if _container(b) == kind:
                 return _branch(b, kind)
     return schema
 
 
-def _value(element: _Element, schema: Any) -> Any:
+def _value(element: _Element, schema: JsonValue) -> JsonValue:
     """An element typed by ``schema``: text as qwen3_coder's values; children as an array of
     items or an object of properties."""
     kind = _container(schema)
@@ -173,30 +173,30 @@ def _value(element: _Element, schema: Any) -> Any:
             return [] if kind == "array" else {}  # the template writes an empty list or dict as nothing
         return typed_value(element, schema)
     if kind == "array":
-        items = _branch(schema, "array").get("items")
+        branch = _branch(schema, "array")  # a dict: the schema allows an array
+        items = branch.get("items") if isinstance(branch, dict) else None
         return [_value(child, items) for _, child in element]
     return _object(element, _branch(schema, "object") if kind else None)
 
 
-def _object(elements: list[tuple[str, _Element]], schema: Any) -> dict[str, Any]:
+def _object(elements: list[tuple[str, _Element]], schema: JsonValue) -> JsonObject:
     """Named elements as an object; a repeated name collects its values in a list (as vLLM)."""
     extra = schema.get("additionalProperties") if isinstance(schema, dict) else None
-    out: dict[str, Any] = {}
-    repeated: set[str] = set()
+    out: JsonObject = {}
+    repeated: dict[str, list[JsonValue]] = {}  # a repeated name's list (the one in ``out``)
     for key, element in elements:
         prop = property_schema(schema, key)
         value = _value(element, prop if prop is not None else (extra if isinstance(extra, dict) else None))
         if key not in out:
             out[key] = value
         elif key in repeated:
-            out[key].append(value)
+            repeated[key].append(value)
         else:
-            out[key] = [out[key], value]
-            repeated.add(key)
+            out[key] = repeated[key] = [out[key], value]
     return out
 
 
-def _m3_element(key: str, value: Any) -> str:
+def _m3_element(key: str, value: JsonValue) -> str:
     if isinstance(value, Mapping):
         inner = "".join(_m3_element(k, v) for k, v in value.items())
     elif isinstance(value, list):
@@ -206,7 +206,7 @@ def _m3_element(key: str, value: Any) -> str:
     return f"{NAMESPACE}<{key}>{inner}{NAMESPACE}</{key}>"
 
 
-def m3_arguments(text: str, p: int, schema: Any, *, final: bool) -> tuple[str | None, int | None]:
+def m3_arguments(text: str, p: int, schema: JsonValue, *, final: bool) -> tuple[str | None, int | None]:
     """The arguments JSON of the M3 parameter elements from ``p`` to the ``</invoke>`` and where
     that ends; (None, None) when cut off while streaming. :class:`JsonError` when malformed."""
     params: list[tuple[str, _Element]] = []
@@ -240,7 +240,7 @@ class MiniMaxM3ToolParser(SchemaBound, SectionToolParser):
         call_begin=NAMESPACE + '<invoke name="', name_end='">', call_end=NAMESPACE + "</invoke>\n", separator="",
         section_end=NAMESPACE + "</tool_call>", arguments_style="minimax_m3_xml")
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """An element per argument behind the namespace marker; objects and arrays nest (an array's
         values as ``<item>`` elements), as XGrammar's ``minimax_m3_xml`` style writes them."""
         return "".join(_m3_element(k, v) + "\n" for k, v in arguments.items())

@@ -27,14 +27,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from ._blocks import BlockToolParser
 from ._calls import call_array, call_objects, named_arguments
 from ._scan import JsonError, skip_ws
-from .base import CallFormat, ModelFamily, ToolCallPart
+from .base import CallFormat, JsonObject, JsonValue, ModelFamily, ToolCallPart
 
 __all__ = ["MistralToolParser", "V11_FORMAT", "V13_FORMAT", "mistral_tool_call_id", "FAMILIES"]
 
@@ -49,17 +49,17 @@ class PreV11CallFormat(CallFormat):
     ``[TOOL_CALLS] [``, tekken ones (Nemo, Small 3.1) ``[TOOL_CALLS][``, as mistral-common encodes
     each; the pieces (with the space) are what prompts and round trips write."""
 
-    def structural_tag(self, tools: list[tuple[str, Any]], *, mode: Literal["auto", "required"], parallel: bool,
-                       arguments: Callable[[Any], dict[str, Any]]) -> dict[str, Any] | None:
-        calls = [{"type": "sequence", "elements": [
+    def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
+                       parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
+        calls: list[JsonValue] = [{"type": "sequence", "elements": [
             {"type": "const_string", "value": self.call_begin + json.dumps(name, ensure_ascii=False)[1:-1] + self.name_end},
             arguments(schema), {"type": "const_string", "value": self.call_end}]} for name, schema in tools]
-        call = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
-        more = {"type": "star", "content": {"type": "sequence", "elements": [
+        call: JsonValue = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
+        more: JsonValue = {"type": "star", "content": {"type": "sequence", "elements": [
             {"type": "const_string", "value": self.separator}, call]}}
-        inside = {"type": "sequence", "elements": [
+        inside: JsonObject = {"type": "sequence", "elements": [
             {"type": "regex", "pattern": r" ?"}, {"type": "const_string", "value": "["}, call, *([more] if parallel else [])]}
-        tag = {"type": "tag", "begin": self.trigger, "content": inside, "end": self.section_end}
+        tag: JsonObject = {"type": "tag", "begin": self.trigger, "content": inside, "end": self.section_end}
         if mode == "required":
             return tag
         return {"type": "triggered_tags", "triggers": [self.trigger], "tags": [tag], "stop_after_first": True}

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ._blocks import BlockToolParser
 from ._scan import JsonError, skip_ws
 from ._xml_args import SchemaBound, XmlTags, xml_call, xml_text
-from .base import CallFormat, ModelFamily, ToolCallPart
+from .base import CallFormat, JsonValue, ModelFamily, ToolCallPart
 
 __all__ = ["Qwen3CoderToolParser", "FAMILIES"]
 
@@ -52,7 +52,7 @@ class Qwen3CoderToolParser(SchemaBound, BlockToolParser):
         trigger="<tool_call>\n<function=", section_begin="", call_begin="<tool_call>\n<function=", name_end=">",
         call_end="</function>\n</tool_call>", separator="\n", section_end="", arguments_style="qwen_xml")
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """A ``<parameter=k>`` element per argument, its value on lines of its own (the template's layout)."""
         return "\n" + "".join(f"{_PARAM}{k}>\n{xml_text(v)}\n{_PARAM_END}\n" for k, v in arguments.items())
 

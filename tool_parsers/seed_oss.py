@@ -21,9 +21,9 @@ template's layout (no newline around a value). Seed-OSS thinks in ``<seed:think>
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from .base import CallFormat, ModelFamily
+from .base import CallFormat, JsonValue, ModelFamily
 from .qwen3_coder import Qwen3CoderToolParser
 
 __all__ = ["SeedOssToolParser", "TOOL_CALL", "TOOL_CALL_END", "FAMILIES"]
@@ -41,7 +41,7 @@ class SeedOssToolParser(Qwen3CoderToolParser):
         trigger=TOOL_CALL, section_begin="", call_begin=TOOL_CALL + "\n<function=", name_end=">\n",
         call_end="</function>\n" + TOOL_CALL_END, separator="\n", section_end="", arguments_style="qwen_xml")
 
-    def write_arguments(self, arguments: Mapping[str, Any]) -> str:
+    def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         return super().write_arguments(arguments)[1:]  # the name's line already ends (name_end ">\n")
 
 

@@ -6,7 +6,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from server.api.middleware import GatewayMiddleware
 from server.api.routes import chat, completions, health, metrics, models, playground, responses, schemas
-from server.api.routes._body import openapi_with_body_schemas
+from server.api.routes._body import BodySchemasApp
 from server.errors import install_error_handlers
 from server.state import ServerState
 
@@ -14,7 +14,7 @@ __all__ = ["create_app"]
 
 
 def create_app(state: ServerState) -> FastAPI:
-    app = FastAPI(title="gramserve", version="0.1.0", docs_url=None, redoc_url=None)
+    app = BodySchemasApp(title="gramserve", version="0.1.0", docs_url=None, redoc_url=None)
     app.state.gs = state
     install_error_handlers(app)
     app.state.responses_store = responses.new_store(state.settings)
@@ -24,5 +24,4 @@ def create_app(state: ServerState) -> FastAPI:
         app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.cors_origins),
                            allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(GatewayMiddleware, state=state)
-    openapi_with_body_schemas(app)
     return app

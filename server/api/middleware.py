@@ -11,8 +11,8 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server import metrics
 from server.api.routes.playground import PAGE_PATHS
@@ -23,10 +23,6 @@ from server.state import ServerState
 __all__ = ["GatewayMiddleware"]
 
 log = logging.getLogger("gramserve.access")
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 _GENERATION = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 _KNOWN = _GENERATION + ("/v1/models", "/health", "/metrics", "/v1/schemas/check")
@@ -61,7 +57,7 @@ async def _send_error(send: Send, err: APIError, *, request_id: str = "") -> Non
 
 
 class GatewayMiddleware:
-    def __init__(self, app: Callable[..., Awaitable[None]], *, state: ServerState) -> None:
+    def __init__(self, app: ASGIApp, *, state: ServerState) -> None:
         self.app = app
         self.state = state
 
@@ -95,7 +91,7 @@ class GatewayMiddleware:
         started = time.perf_counter()
         status_holder = {"status": 500}
 
-        async def send_wrapped(message: dict[str, Any]) -> None:  # once per SSE event: keep it lean
+        async def send_wrapped(message: Message) -> None:  # once per SSE event: keep it lean
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
                 status_holder["started"] = True
@@ -168,7 +164,7 @@ def _capped(receive: Receive, limit: int) -> Receive:
     """Enforce the body cap also for chunked uploads without Content-Length."""
     seen = 0
 
-    async def wrapped() -> dict[str, Any]:
+    async def wrapped() -> Message:
         nonlocal seen
         message = await receive()
         if message["type"] == "http.request":

@@ -11,9 +11,9 @@ therefore not change body messages (compression, for one, belongs outside it).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 __all__ = ["BODY_SEND", "SSE_HEADERS", "SSEResponse"]
 
@@ -26,13 +26,13 @@ class SSEResponse(StreamingResponse):
 
     def __init__(self, content: AsyncIterator[bytes]) -> None:
         super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
-        self._body_send: Any = None
+        self._body_send: Send | None = None
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self._body_send = scope.get(BODY_SEND) or send
         await super().__call__(scope, receive, send)
 
-    async def stream_response(self, send: Any) -> None:
+    async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         body_send = self._body_send or send
         async for event in self.body_iterator:

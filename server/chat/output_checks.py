@@ -11,13 +11,16 @@ import json
 import logging
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from jsonschema import Draft202012Validator
 
 from server import metrics
 from server.json_types import JsonValue
 from server.structured.schema_refs import local_validator
+
+if TYPE_CHECKING:
+    from server.messages.deltas import FinalMessage
 
 __all__ = ["ToolCallChecker", "validate_json_output", "schema_validator"]
 
@@ -35,7 +38,7 @@ def schema_validator(schema: JsonValue) -> Draft202012Validator:
     return _validator(json.dumps(schema, sort_keys=True))
 
 
-def _fits(value: Any, schema: JsonValue) -> bool:
+def _fits(value: JsonValue, schema: JsonValue) -> bool:
     try:
         return schema_validator(schema).is_valid(value)
     except Exception:  # an invalid schema cannot validate anything
@@ -48,7 +51,7 @@ class ToolCallChecker:
     def __init__(self, *, parser: str) -> None:
         self.parser = parser
 
-    def check(self, final: Any, schemas: Mapping[str, JsonValue]) -> list[str]:
+    def check(self, final: FinalMessage, schemas: Mapping[str, JsonValue]) -> list[str]:
         """Returns one outcome per returned call (valid | invalid_arguments)."""
         outcomes = []
         for call in final.tool_calls:
@@ -74,7 +77,7 @@ class ToolCallChecker:
         return outcomes
 
 
-def validate_json_output(text: str, schema: dict[str, Any], *, finished: bool) -> str:
+def validate_json_output(text: str, schema: JsonValue, *, finished: bool) -> str:
     """Outcome of validating one JSON output: valid | invalid | skipped_length."""
     if not finished:
         outcome = "skipped_length"

@@ -16,12 +16,17 @@ import re
 import secrets
 import string
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 from server.chat.render import ChatRenderer, RenderError
+from server.json_types import JsonMapping, JsonObject, JsonValue
 from server.lru import BoundedLRU
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+    from vllm.tokenizers import TokenizerLike  # HF's tokenizers, vLLM's MistralTokenizer...
 
 __all__ = ["ControlTokenGuard", "SegmentEncoder", "guard_for", "tokenize_chat_prompt", "markers_are_special"]
 
@@ -35,7 +40,7 @@ _DIGITS_AS_LETTERS = str.maketrans("0123456789", "ABCDEFGHIJ")  # placeholders: 
 _MARKER_LIKE = re.compile(r"[<>|\[\]｜]")
 
 
-def _special_tokens(tokenizer: Any) -> tuple[list[str], set[int]]:
+def _special_tokens(tokenizer: TokenizerLike) -> tuple[list[str], set[int]]:
     """Control-token texts (longest first) and ids: all_special_*, special added tokens, and added
     tokens that read like markers though not marked special."""
     texts = set(getattr(tokenizer, "all_special_tokens", None) or ())
@@ -50,7 +55,7 @@ def _special_tokens(tokenizer: Any) -> tuple[list[str], set[int]]:
     return sorted((t for t in texts if isinstance(t, str) and t), key=lambda t: (-len(t), t)), ids
 
 
-def _private_backend(tokenizer: Any, *, split_special: bool) -> Any:
+def _private_backend(tokenizer: TokenizerLike, *, split_special: bool) -> Tokenizer | None:
     """A private copy of the fast backend (``tokenizers.Tokenizer``), or None when there is none.
 
     Private, because the tokenizer's own ``encode`` is not safe across threads: transformers
@@ -74,7 +79,7 @@ def _private_backend(tokenizer: Any, *, split_special: bool) -> Any:
     return private
 
 
-def _private_encoder(tokenizer: Any, *, split_special: bool) -> Callable[[str], list[int]] | None:
+def _private_encoder(tokenizer: TokenizerLike, *, split_special: bool) -> Callable[[str], list[int]] | None:
     """``encode(text) -> ids`` on a private backend (no special tokens added); None without one."""
     private = _private_backend(tokenizer, split_special=split_special)
     if private is None:
@@ -94,7 +99,7 @@ class SegmentEncoder:
     those keep the one whole encode.
     """
 
-    def __init__(self, private: Any, token_ids: dict[str, int]) -> None:
+    def __init__(self, private: Tokenizer, token_ids: dict[str, int]) -> None:
         self._private = private
         self._ids = token_ids
         self._split = re.compile("|".join(map(re.escape, sorted(token_ids, key=lambda t: (-len(t), t)))))
@@ -103,7 +108,7 @@ class SegmentEncoder:
         self._pieces: BoundedLRU[str, array] = BoundedLRU(max_entries=32768, max_chars=16 << 20)
 
     @classmethod
-    def build(cls, private: Any) -> SegmentEncoder | None:
+    def build(cls, private: Tokenizer) -> SegmentEncoder | None:
         """On ``private``, a fast backend (``tokenizers.Tokenizer``) that this encoder may use
         from any thread: None where its pieces are not independent."""
         try:
@@ -154,7 +159,9 @@ def _placeholder_re(prefix: str) -> re.Pattern[str]:  # prefix + index as letter
     return re.compile(re.escape(prefix) + r"([A-J]+)z")
 
 
-def _any_string(value: Any, test: Callable[[str], Any]) -> bool:
+def _any_string(value: object, test: Callable[[str], object]) -> bool:
+    """Whether ``test`` is truthy for some string (or dict key) inside ``value``: any value, its dicts,
+    lists and tuples visited."""
     if isinstance(value, str):
         return bool(test(value))
     if isinstance(value, dict):
@@ -167,7 +174,7 @@ def _any_string(value: Any, test: Callable[[str], Any]) -> bool:
 class ControlTokenGuard:
     """Per-tokenizer data, built once: special-token texts, their regex, placeholder codes."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: TokenizerLike) -> None:
         self.tokenizer = tokenizer  # held, so id(tokenizer) stays unique while cached
         texts, self.special_ids = _special_tokens(tokenizer)
         self.special_texts = tuple(texts)
@@ -180,8 +187,9 @@ class ControlTokenGuard:
         # exact path; never misses), ~10x faster than visiting each string.
         self._json_safe = all(json.dumps(t, ensure_ascii=False)[1:-1] == t and '"' not in t for t in texts)
 
-    def contains_control_text(self, value: Any) -> bool:
-        """Whether any string (or dict key) inside ``value`` holds special-token text."""
+    def contains_control_text(self, value: object) -> bool:
+        """Whether any string (or dict key) inside ``value`` holds special-token text (``value``: the
+        client's JSON, in tuples too; any other object in it holds no text)."""
         if self.special_re is None:
             return False
         if self._json_safe:
@@ -194,22 +202,27 @@ class ControlTokenGuard:
                     return False
         return _any_string(value, self.special_re.search)
 
-    def prefix_for(self, value: Any) -> str:
+    def prefix_for(self, value: object) -> str:
         """The process placeholder prefix, or a fresh one if a client string contains it."""
         prefix = self._prefix
         while _any_string(value, lambda s: prefix in s):  # noqa: B023 - called before prefix changes
             prefix = _new_prefix()
         return prefix
 
-    def mask(self, value: Any, prefix: str) -> Any:
+    def mask(self, value: JsonValue, prefix: str) -> JsonValue:
         """A copy of ``value`` with special-token text in every string replaced by placeholders."""
-        if isinstance(value, str) and self.special_re is not None:
-            return self.special_re.sub(lambda m: f"{prefix}{self._codes[m.group()]}z", value)
+        if isinstance(value, str):
+            return self._mask_text(value, prefix)
         if isinstance(value, dict):
-            return {self.mask(k, prefix): self.mask(v, prefix) for k, v in value.items()}
+            return {self._mask_text(k, prefix): self.mask(v, prefix) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return [self.mask(v, prefix) for v in value]
         return value
+
+    def _mask_text(self, text: str, prefix: str) -> str:
+        if self.special_re is None:
+            return text
+        return self.special_re.sub(lambda m: f"{prefix}{self._codes[m.group()]}z", text)
 
     def restore(self, text: str, prefix: str) -> str:
         """``text`` with placeholders (made with ``prefix``) turned back into the client's text."""
@@ -309,7 +322,7 @@ class ControlTokenGuard:
         return out + encode(text[pos:])
 
 
-def guard_for(tokenizer: Any) -> ControlTokenGuard:
+def guard_for(tokenizer: TokenizerLike) -> ControlTokenGuard:
     """The guard of this tokenizer object, built once per process (and tokenizer)."""
     guard = _GUARDS.get(id(tokenizer))
     if guard is None or guard.tokenizer is not tokenizer:  # a race only builds one twice
@@ -321,12 +334,12 @@ def guard_for(tokenizer: Any) -> ControlTokenGuard:
 
 def tokenize_chat_prompt(
     renderer: ChatRenderer,
-    tokenizer: Any,
-    messages: list[dict[str, Any]],
+    tokenizer: TokenizerLike,
+    messages: Sequence[JsonObject],
     *,
-    tools: list[dict[str, Any]] | None = None,
+    tools: Sequence[JsonObject] | None = None,
     add_generation_prompt: bool = True,
-    chat_template_kwargs: dict[str, Any] | None = None,
+    chat_template_kwargs: JsonMapping | None = None,
 ) -> tuple[str, list[int]]:
     """(prompt text, token ids) of a chat prompt, with control-token text from the client
     encoded as plain text. Raises ``RenderError`` as ``ChatRenderer.render`` does."""
@@ -340,8 +353,11 @@ def tokenize_chat_prompt(
     kwargs = chat_template_kwargs
     if isinstance(kwargs, dict):  # values only: the keys name template variables
         kwargs = {key: guard.mask(value, prefix) for key, value in kwargs.items()}
+    # each message and tool masked, in a new list (as masking the list itself would)
+    masked = [guard.mask(message, prefix) for message in messages]
+    masked_tools = None if tools is None else [guard.mask(tool, prefix) for tool in tools]
     try:
-        rendered = renderer.render(guard.mask(messages, prefix), tools=guard.mask(tools, prefix),
+        rendered = renderer.render(masked, tools=masked_tools,
                                    add_generation_prompt=add_generation_prompt, chat_template_kwargs=kwargs)
     except RenderError as exc:  # show the client its own text, not placeholders
         param = exc.param and guard.restore(exc.param, prefix)
@@ -349,7 +365,7 @@ def tokenize_chat_prompt(
     return guard.encode_rendered(rendered, prefix)
 
 
-def markers_are_special(tokenizer: Any, markers: Any) -> bool:
+def markers_are_special(tokenizer: TokenizerLike, markers: Iterable[str | None]) -> bool:
     """Whether any of a tool-call family's markers is a special token of ``tokenizer``: the
     output must then keep special tokens as text, or the parser never sees the marker."""
     texts = set(guard_for(tokenizer).special_texts)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from server.engine.base import GenerateRequest, TokenChunk
 from server.errors import bad_request
+from server.json_types import JsonObject
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
 from server.structured.constraints import Constraint
@@ -47,7 +47,7 @@ class ReasoningBudget:
     think_constraint: Constraint  # phase 1: only the think block (phase 2 uses the request's)
 
 
-def requested_cap(state: ServerState, req: Any) -> int | None:
+def requested_cap(state: ServerState, req: ChatCompletionRequest) -> int | None:
     """The request's ``max_reasoning_tokens``, else the server default (if any)."""
     if req.max_reasoning_tokens is not None:
         return int(req.max_reasoning_tokens)
@@ -57,7 +57,7 @@ def requested_cap(state: ServerState, req: Any) -> int | None:
 
 def think_block_constraint(start: str, end: str) -> Constraint:
     """Free text until ``end`` (after ``start`` when given); EOS is not allowed before ``end``."""
-    fmt = {"type": "tag", "begin": start, "content": {"type": "any_text"}, "end": end}
+    fmt: JsonObject = {"type": "tag", "begin": start, "content": {"type": "any_text"}, "end": end}
     return Constraint("structural_tag", {"type": "structural_tag", "format": fmt})
 
 

@@ -14,12 +14,12 @@ import json
 import os
 import re
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import jinja2
 import jinja2.ext
@@ -28,7 +28,11 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from chat_templates import BUILTIN_TEMPLATES, builtin_template_path
 from server.errors import APIError
+from server.json_types import JsonArray, JsonMapping, JsonObject, JsonValue
 from tool_parsers import ModelFamily
+
+if TYPE_CHECKING:
+    from jinja2.parser import Parser
 
 __all__ = [
     "BUILTIN_TEMPLATES",
@@ -60,17 +64,17 @@ class _GenerationTag(jinja2.ext.Extension):
 
     tags = {"generation"}
 
-    def parse(self, parser: Any) -> jinja2.nodes.Node:
+    def parse(self, parser: Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
         return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
 
-    def _render(self, caller: Any) -> str:
+    def _render(self, caller: Callable[[], str]) -> str:
         return caller()
 
 
 def _tojson(
-    value: Any,
+    value: object,  # whatever the template holds (a message, a dict it built, a number...)
     ensure_ascii: bool = False,
     indent: int | None = None,
     separators: tuple[str, str] | None = None,
@@ -90,7 +94,7 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _fromjson(value: Any) -> Any:
+def _fromjson(value: object) -> object:
     """A JSON text as its value (else the value as it is): Mistral's template writes a tool result
     that is JSON as that JSON, as mistral-common does. Parsing only; bounded by the request's size."""
     if isinstance(value, str):
@@ -116,27 +120,31 @@ def compile_template(source: str) -> jinja2.Template:
 
 
 # --------------------------------------------------------------------------- model templates
-def _token_text(value: Any) -> str | None:
+def _token_text(value: object) -> str | None:
+    """A special token's text: a string, or an added token's ``{"content": ...}`` (else None)."""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
+    if isinstance(value, dict) and isinstance(content := value.get("content"), str):
+        return content
     return None
 
 
-def _pick_named(templates: Any) -> str | None:
+def _pick_named(templates: object) -> str | None:
     """HF allows a list/dict of named templates; prefer the tool-use one."""
     if isinstance(templates, str):
         return templates
     if isinstance(templates, list):
-        templates = {t.get("name"): t.get("template") for t in templates if isinstance(t, dict)}
-    if isinstance(templates, dict):
-        for name in ("tool_use", "default"):
-            if isinstance(templates.get(name), str):
-                return templates[name]
-    return None
+        named = {t.get("name"): t.get("template") for t in templates if isinstance(t, dict)}
+        found = [named.get(name) for name in ("tool_use", "default")]
+    elif isinstance(templates, dict):
+        found = [templates.get(name) for name in ("tool_use", "default")]
+    else:
+        return None
+    return next((text for text in found if isinstance(text, str)), None)
 
 
+#: A GGUF metadata value as read here: a string (as bytes), a number, an array, or None (skipped).
+_GgufValue: TypeAlias = "bytes | int | float | list[_GgufValue] | None"
 _GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 
 
@@ -147,35 +155,40 @@ def _read_gguf(path: Path) -> tuple[str | None, dict[str, str]]:
     every tensor and vocabulary entry and takes seconds on a 49K-token vocabulary."""
     with path.open("rb") as f:
 
-        def unpack(fmt: str) -> Any:
-            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+        def unpack(fmt: str) -> int | float:  # one number (a bool for "<?")
+            number: int | float = struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+            return number
+
+        def count(fmt: str) -> int:  # a size, a type or a count: an unsigned integer format
+            number: int = struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+            return number
 
         def string() -> bytes:
-            return f.read(unpack("<Q"))
+            return f.read(count("<Q"))
 
-        def value(kind: int, keep: bool) -> Any:
+        def value(kind: int, keep: bool) -> _GgufValue:
             if kind == 8:
                 return string()
             if kind == 9:
-                item_kind, count = unpack("<I"), unpack("<Q")
+                item_kind, items_count = count("<I"), count("<Q")
                 if item_kind in _GGUF_SCALARS and not keep:
-                    f.seek(count * struct.calcsize(_GGUF_SCALARS[item_kind]), os.SEEK_CUR)
+                    f.seek(items_count * struct.calcsize(_GGUF_SCALARS[item_kind]), os.SEEK_CUR)
                     return None
-                items = [value(item_kind, keep) for _ in range(count)]
+                items = [value(item_kind, keep) for _ in range(items_count)]
                 return items if keep else None
             if kind in _GGUF_SCALARS:
                 return unpack(_GGUF_SCALARS[kind])
             raise ValueError(f"{path}: unknown GGUF value type {kind}")
 
-        if f.read(4) != b"GGUF" or unpack("<I") not in (2, 3):
+        if f.read(4) != b"GGUF" or count("<I") not in (2, 3):
             raise ValueError(f"{path} is not a little-endian GGUF v2/v3 file")
-        unpack("<Q")  # tensor count
+        count("<Q")  # tensor count
         wanted = {"tokenizer.chat_template", "tokenizer.ggml.tokens",
                   "tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}
-        meta: dict[str, Any] = {}
-        for _ in range(unpack("<Q")):
+        meta: dict[str, _GgufValue] = {}
+        for _ in range(count("<Q")):
             key = string().decode("utf-8")
-            kind = unpack("<I")
+            kind = count("<I")
             result = value(kind, keep=key in wanted)
             if key in wanted:
                 meta[key] = result
@@ -185,13 +198,15 @@ def _read_gguf(path: Path) -> tuple[str | None, dict[str, str]]:
     tokens: dict[str, str] = {}
     for name in ("bos", "eos"):
         ident = meta.get(f"tokenizer.ggml.{name}_token_id")
-        if isinstance(ident, int) and 0 <= ident < len(vocab):
-            tokens[f"{name}_token"] = vocab[ident].decode("utf-8")
+        if isinstance(ident, int) and isinstance(vocab, list) and 0 <= ident < len(vocab):
+            text = vocab[ident]
+            if isinstance(text, bytes):  # an array of strings, as GGUF writes the vocabulary
+                tokens[f"{name}_token"] = text.decode("utf-8")
     return template, tokens
 
 
 def _read_model_dir(path: Path) -> tuple[str | None, dict[str, str]]:
-    config: dict[str, Any] = {}
+    config: JsonObject = {}
     config_path = path / "tokenizer_config.json"
     if config_path.is_file():
         config = json.loads(config_path.read_text(encoding="utf-8"))
@@ -209,7 +224,7 @@ def _read_model_dir(path: Path) -> tuple[str | None, dict[str, str]]:
     return _pick_named(config.get("chat_template")), tokens
 
 
-def load_model_template(model_dir_or_tokenizer: Any) -> tuple[str | None, dict[str, str]]:
+def load_model_template(model_dir_or_tokenizer: object) -> tuple[str | None, dict[str, str]]:
     """The model's own chat template (or None) and its special tokens for the template.
 
     Accepts an HF model folder, a ``.gguf`` file, or a tokenizer object with a
@@ -233,7 +248,7 @@ def load_model_template(model_dir_or_tokenizer: Any) -> tuple[str | None, dict[s
 
 
 # --------------------------------------------------------------------------- normalisation
-def _text_content(content: Any, param: str) -> str:
+def _text_content(content: JsonValue, param: str) -> str:
     """OpenAI content (string, null, or text parts) -> one string, parts joined by newlines."""
     if content is None:
         return ""
@@ -244,21 +259,19 @@ def _text_content(content: Any, param: str) -> str:
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
-        elif kind in ("text", "refusal"):
-            raise RenderError(f"{param}[{j}]: a {kind!r} content part needs a string {kind!r}", f"{param}[{j}].{kind}")
-        else:
+        if not isinstance(part, dict) or kind not in ("text", "refusal"):
             raise RenderError(
                 f"{param}[{j}]: only text content parts are supported by this model, got {kind!r}",
                 f"{param}[{j}]",
             )
+        text = part.get("text" if kind == "text" else "refusal")
+        if not isinstance(text, str):
+            raise RenderError(f"{param}[{j}]: a {kind!r} content part needs a string {kind!r}", f"{param}[{j}].{kind}")
+        texts.append(text)
     return "\n".join(texts)
 
 
-def _arguments(value: Any, param: str) -> dict[str, Any]:
+def _arguments(value: JsonValue, param: str) -> JsonObject:
     if value is None or value == "":
         return {}
     if isinstance(value, str):
@@ -271,18 +284,23 @@ def _arguments(value: Any, param: str) -> dict[str, Any]:
     return value
 
 
-def _tool_calls(calls: Any, param: str, call_id_rule: Callable[[str], str] | None) -> list[dict[str, Any]]:
+def _tool_calls(calls: JsonValue, param: str, call_id_rule: Callable[[str], str] | None,
+               names: dict[str, str]) -> JsonArray:
+    """The calls, validated and normalised; ``names`` learns each call's function name by its id as given."""
     if not isinstance(calls, list):
         raise RenderError(f"{param} must be a list", param)
-    out = []
+    out: JsonArray = []
+    found: dict[str, str] = {}
     for j, call in enumerate(calls):
         where = f"{param}[{j}]"
         function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(call, dict) or not isinstance(function, dict) or not isinstance(name, str) or not name:
             raise RenderError(f"{where}.function.name is required", f"{where}.function.name")
         call_id = call.get("id")
         if not isinstance(call_id, str) or not call_id:
             raise RenderError(f"{where}.id is required (the id a later tool message answers)", f"{where}.id")
+        found[call_id] = name
         out.append(
             {
                 **call,
@@ -294,10 +312,12 @@ def _tool_calls(calls: Any, param: str, call_id_rule: Callable[[str], str] | Non
                 },
             }
         )
+    names.update(found)  # once every call is valid
     return out
 
 
-def normalize_messages(messages: Any, *, call_id: Callable[[str], str] | None = None) -> list[dict[str, Any]]:
+def normalize_messages(messages: Sequence[JsonValue], *,
+                       call_id: Callable[[str], str] | None = None) -> list[JsonObject]:
     """Validate OpenAI messages and give them the one shape every template expects
     (``call_id``: the model family's rule for call ids, e.g. Mistral's 9 characters).
 
@@ -305,7 +325,7 @@ def normalize_messages(messages: Any, *, call_id: Callable[[str], str] | None = 
     if not isinstance(messages, list) or not messages:
         raise RenderError("messages must be a non-empty list", "messages")
     names: dict[str, str] = {}  # tool call id (as given) -> function name
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
@@ -321,9 +341,7 @@ def normalize_messages(messages: Any, *, call_id: Callable[[str], str] | None = 
             _reasoning_aliases(item, where)
             calls = message.get("tool_calls")
             if calls:
-                item["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls", call_id)
-                for call in calls:
-                    names[call["id"]] = call["function"]["name"]
+                item["tool_calls"] = _tool_calls(calls, f"{where}.tool_calls", call_id, names)
             else:
                 item.pop("tool_calls", None)
         elif role == "tool":
@@ -343,7 +361,7 @@ def normalize_messages(messages: Any, *, call_id: Callable[[str], str] | None = 
 _REASONING_KEYS = ("reasoning_content", "reasoning", "thinking")  # as clients send it / as templates read it
 
 
-def _reasoning_aliases(item: dict[str, Any], where: str) -> None:
+def _reasoning_aliases(item: JsonObject, where: str) -> None:
     """An earlier turn's thinking under every name templates read it by (Qwen3 and DeepSeek's
     ``reasoning_content``, vLLM's ``reasoning``, gpt-oss's ``thinking``), from the first one given."""
     given = next((k for k in _REASONING_KEYS if item.get(k) is not None), None)
@@ -358,19 +376,22 @@ def _reasoning_aliases(item: dict[str, Any], where: str) -> None:
             item[key] = text
 
 
-def normalize_tools(tools: Any) -> list[dict[str, Any]] | None:
+def normalize_tools(tools: Sequence[JsonValue] | None) -> list[JsonObject] | None:
     """Validate OpenAI tools; an empty list means no tools (None)."""
     if tools is None:
         return None
     if not isinstance(tools, list):
         raise RenderError("tools must be a list", "tools")
+    out: list[JsonObject] = []
     for i, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(tool, dict) or not isinstance(function, dict) or not isinstance(name, str) or not name:
             raise RenderError(f"tools[{i}].function.name is required", f"tools[{i}].function.name")
         if tool.get("type", "function") != "function":
             raise RenderError(f"tools[{i}].type must be 'function'", f"tools[{i}].type")
-    return [dict(tool) for tool in tools] or None
+        out.append(dict(tool))
+    return out or None
 
 
 # --------------------------------------------------------------------------- renderer
@@ -418,7 +439,7 @@ class ChatRenderer:
     def from_model(
         cls,
         *,
-        model_dir_or_tokenizer: Any,
+        model_dir_or_tokenizer: object,
         chat_template: str | None = None,
         default: str | None = None,
     ) -> ChatRenderer:
@@ -447,11 +468,11 @@ class ChatRenderer:
 
     def render(
         self,
-        messages: list[dict[str, Any]],
+        messages: Sequence[JsonValue],
         *,
-        tools: list[dict[str, Any]] | None = None,
+        tools: Sequence[JsonValue] | None = None,
         add_generation_prompt: bool = True,
-        chat_template_kwargs: dict[str, Any] | None = None,
+        chat_template_kwargs: JsonMapping | None = None,
     ) -> str:
         """Render one request's prompt text (special tokens included, as text)."""
         extra = dict(chat_template_kwargs or {})
@@ -469,7 +490,7 @@ class ChatRenderer:
                 f"--chat-template naming one that can (built-in: {', '.join(sorted(BUILTIN_TEMPLATES))}, or a file)",
                 "tools",
             )
-        variables = {
+        variables: dict[str, object] = {  # what the template reads: tokens, the client's kwargs, the request
             **self.special_tokens,
             **extra,
             "messages": normalize_messages(messages, call_id=self.call_id_rule),

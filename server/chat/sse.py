@@ -7,15 +7,31 @@ error after the stream started is sent as one ``data: {"error": ...}`` event bef
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping
+from typing import NotRequired, TypedDict
 
-__all__ = ["DONE", "sse_event", "chunk", "ContentFrames"]
+from server.json_types import JsonObject
+
+__all__ = ["DONE", "ChunkBody", "sse_event", "chunk", "ContentFrames"]
 
 DONE = b"data: [DONE]\n\n"
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one, not one per event
 
 
-def sse_event(payload: dict[str, Any]) -> bytes:
+class ChunkBody(TypedDict):
+    """A ``chat.completion.chunk`` (or ``text_completion``) object as it goes on the wire."""
+
+    id: str
+    object: str
+    created: int
+    model: str
+    system_fingerprint: None
+    choices: list[JsonObject]
+    usage: NotRequired[JsonObject]
+
+
+def sse_event(payload: Mapping[str, object]) -> bytes:
+    """One event; ``payload`` is a JSON object (a chunk, an error body), encoded as it is."""
     return b"data: " + _ENCODER.encode(payload).encode() + b"\n\n"
 
 
@@ -45,16 +61,16 @@ def chunk(
     id: str,
     created: int,
     model: str,
-    choices: list[dict[str, Any]],
+    choices: list[JsonObject],
     object: str = "chat.completion.chunk",
-    usage: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    usage: JsonObject | None = None,
+) -> ChunkBody:
     """One ``chat.completion.chunk`` (or ``text_completion``) object.
 
     With ``stream_options.include_usage`` OpenAI sends ``"usage": null`` on every chunk
     and the usage on a last chunk whose ``choices`` is empty.
     """
-    body: dict[str, Any] = {
+    body: ChunkBody = {
         "id": id,
         "object": object,
         "created": created,

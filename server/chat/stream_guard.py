@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, MutableMapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import TypeVar
 
 import anyio
+from starlette.types import Receive
 
 from server import metrics
 from server.chat.sse import DONE, sse_event
@@ -64,7 +65,7 @@ async def abort_shielded(state: ServerState, request_ids: Iterable[str]) -> None
 
 
 
-async def unless_disconnected(work: Awaitable[T], receive: Callable[[], Awaitable[MutableMapping[str, Any]]]) -> T:
+async def unless_disconnected(work: Awaitable[T], receive: Receive) -> T:
     """Await ``work`` (a non-streamed answer), cancelling it when the client disconnects.
 
     ``receive`` is the ASGI receive channel after the body was read: its next message is

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from vllm.tokenizers import TokenizerLike
+
+    from server.structured.constraints import Constraint
 
 __all__ = [
     "Engine",
@@ -58,7 +63,7 @@ class GenerateRequest:
     request_id: str
     prompt_token_ids: list[int]
     sampling: Sampling
-    constraint: Any = None  # server.constraints.Constraint or None
+    constraint: Constraint | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ class TokenChunk:
 class Engine(Protocol):
     model_name: str
     max_model_len: int
-    tokenizer: Any  # HF-style: encode(text, add_special_tokens=False), decode(ids)
+    tokenizer: TokenizerLike  # HF-style: encode(text, add_special_tokens=False), decode(ids)
     vocab_size: int  # the model's output width (may exceed the tokenizer's length)
 
     def is_dead(self) -> bool:

@@ -26,11 +26,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
 
-from server.engine.budget_plan import PROBE, BudgetHeader, Vocab, shortest_completion
+from server.engine.budget_plan import PROBE, BudgetHeader, GuidanceBytes, Vocab, XGrammarBytes, shortest_completion
 
-__all__ = ["NON_NEUTRAL", "ZONE", "BudgetGrammar", "BudgetTables", "XGrammarBytes", "GuidanceBytes"]
+if TYPE_CHECKING:
+    import torch
+    from vllm.v1.structured_output.backend_guidance import GuidanceGrammar
+    from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
+    from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar
+
+__all__ = ["NON_NEUTRAL", "ZONE", "BudgetGrammar", "BudgetTables"]
 
 log = logging.getLogger("gramserve.budget")
 
@@ -53,63 +60,8 @@ _REWALK_EVERY = 8
 _FAR_EVERY = 16
 
 
-class XGrammarBytes:
-    """An ``xgrammar.GrammarMatcher`` as :class:`~server.engine.budget_plan.ByteMatcher`."""
-
-    __slots__ = ("m",)
-
-    def __init__(self, matcher: Any) -> None:
-        self.m = matcher
-
-    def fork(self) -> XGrammarBytes:
-        return XGrammarBytes(self.m.fork())
-
-    def accept(self, data: bytes) -> bool:
-        return bool(self.m.accept_string(data))
-
-    def forced(self) -> bytes:
-        try:
-            return str(self.m.find_jump_forward_string()).encode()
-        except UnicodeDecodeError:  # forced bytes that end (or start) inside a character
-            return b""
-
-    def can_stop(self) -> bool:
-        return bool(self.m.is_completed())
-
-    def accept_token(self, token: int) -> bool:
-        return bool(self.m.accept_token(token))
-
-
-class GuidanceBytes:
-    """An ``llguidance.LLMatcher`` as a byte matcher (bytes go in as the vocabulary's tokens)."""
-
-    __slots__ = ("m", "vocab")
-
-    def __init__(self, matcher: Any, vocab: Vocab) -> None:
-        self.m, self.vocab = matcher, vocab
-
-    def fork(self) -> GuidanceBytes:
-        return GuidanceBytes(self.m.deep_copy(), self.vocab)
-
-    def accept(self, data: bytes) -> bool:
-        tokens = self.vocab.tokens(data)
-        if not tokens:
-            return not data
-        taken = self.m.try_consume_tokens(tokens)
-        if taken == len(tokens):
-            return True
-        if taken:
-            self.m.rollback(taken)
-        return False
-
-    def forced(self) -> bytes:
-        return bytes(self.m.compute_ff_bytes())
-
-    def can_stop(self) -> bool:
-        return bool(self.m.is_accepting())
-
-    def accept_token(self, token: int) -> bool:
-        return self.m.try_consume_tokens([token]) == 1
+#: The inner grammar's matcher as the budget reads it.
+_Matcher: TypeAlias = "XGrammarBytes | GuidanceBytes"
 
 
 class BudgetTables:
@@ -134,7 +86,7 @@ class BudgetTables:
     _cache: dict[int, BudgetTables] = {}
 
     @classmethod
-    def of(cls, key: int, build: Any) -> BudgetTables:
+    def of(cls, key: int, build: Callable[[], BudgetTables]) -> BudgetTables:
         """One table per tokenizer (``key``: ``id`` of the backend's tokenizer info), built once."""
         with cls._lock:
             tables = cls._cache.get(key)
@@ -149,12 +101,12 @@ def _bit(token: int) -> int:
     return bit - (1 << 32) if bit >= 1 << 31 else bit
 
 
-def _only(row: Any, token: int) -> None:
+def _only(row: torch.Tensor, token: int) -> None:
     row.zero_()
     row[token // 32] = _bit(token)
 
 
-def _with(keep: Any, tokens: list[int]) -> Any:
+def _with(keep: torch.Tensor, tokens: list[int]) -> torch.Tensor:
     """``keep`` (a bitmask row) with ``tokens``' bits set too."""
     for token in tokens:
         if token < 32 * keep.shape[0]:
@@ -162,7 +114,7 @@ def _with(keep: Any, tokens: list[int]) -> Any:
     return keep
 
 
-def _tokens_of(row: Any) -> list[int]:
+def _tokens_of(row: torch.Tensor) -> list[int]:
     """The token ids whose bits are set in a bitmask row."""
     import torch
 
@@ -170,11 +122,12 @@ def _tokens_of(row: Any) -> list[int]:
     return torch.nonzero(row.view(torch.uint8).unsqueeze(1).bitwise_and(bits).flatten()).flatten().tolist()
 
 
-def _allows(row: Any, token: int) -> bool:
+def _allows(row: torch.Tensor, token: int) -> bool:
     return bool((int(row[token // 32]) >> (token % 32)) & 1)
 
 
-def make_budget_grammar(inner: Any, header: BudgetHeader, tables: BudgetTables, stop_ids: list[int]) -> Any:
+def make_budget_grammar(inner: XgrammarGrammar | GuidanceGrammar, header: BudgetHeader, tables: BudgetTables,
+                        stop_ids: list[int]) -> StructuredOutputGrammar:
     """``inner`` (vLLM's XgrammarGrammar or GuidanceGrammar) behind a budget (class built lazily:
     it subclasses vLLM's grammar interface)."""
     return _grammar_class()(inner, header, tables, stop_ids)
@@ -198,7 +151,8 @@ def _grammar_class() -> type:
 class BudgetGrammar:
     """Per request: the inner grammar, the tokens taken, and the ending once it is forced."""
 
-    def __init__(self, inner: Any, header: BudgetHeader, tables: BudgetTables, stop_ids: list[int]) -> None:
+    def __init__(self, inner: XgrammarGrammar | GuidanceGrammar, header: BudgetHeader, tables: BudgetTables,
+                 stop_ids: list[int]) -> None:
         self.inner = inner
         self.header = header
         self.tables = tables
@@ -245,7 +199,7 @@ class BudgetGrammar:
         self._last = None
         self._looked_at = -_FAR_EVERY
 
-    def fill_bitmask(self, bitmask: Any, idx: int) -> None:
+    def fill_bitmask(self, bitmask: torch.Tensor, idx: int) -> None:
         self.inner.fill_bitmask(bitmask, idx)
         if self.inner.is_terminated() or self._idle():
             return  # the common case: nothing to steer, nothing copied
@@ -265,7 +219,7 @@ class BudgetGrammar:
             self.plan = None
 
     # -- the budget ---------------------------------------------------------------------------
-    def _matcher(self) -> Any:
+    def _matcher(self) -> _Matcher:
         inner = self.inner
         if hasattr(inner, "matcher"):
             return XGrammarBytes(inner.matcher)
@@ -299,7 +253,7 @@ class BudgetGrammar:
         count = self.tables.vocab.count(data)
         return len(data) if count is None else count
 
-    def _first(self, row: Any, data: bytes) -> int | None:
+    def _first(self, row: torch.Tensor, data: bytes) -> int | None:
         """The longest token that starts ``data`` and that the mask allows now (a grammar may allow
         fewer tokens than the bytes they spell: llguidance keeps to forced text's own tokens)."""
         return self.tables.vocab.first(data, lambda token: _allows(row, token))
@@ -312,7 +266,7 @@ class BudgetGrammar:
         left = self.header.max_tokens - self.taken
         return left > max(2 * self._last + 2 * ZONE + (self._restart or 0), self._last + _LOOKOUT) + _FAR_EVERY
 
-    def _steer(self, row: Any) -> None:
+    def _steer(self, row: torch.Tensor) -> None:
         left = self.header.max_tokens - self.taken
         if left <= 0:
             return
@@ -358,7 +312,7 @@ class BudgetGrammar:
         first = self._first(row, ending)
         row &= _with(keep, self.stop_ids + ([first] if first is not None else []))
 
-    def _ban_what_would_not_fit(self, row: Any, left: int) -> None:
+    def _ban_what_would_not_fit(self, row: torch.Tensor, left: int) -> None:
         """At a choice between structures (not inside free text, nothing forced), each token that
         opens something (a bracket, a quote, a comma...) is tried on a copy: one whose shortest ending
         would not fit in the tokens left after it is banned. An array item or an optional property
@@ -367,20 +321,20 @@ class BudgetGrammar:
         if matcher.forced() or matcher.fork().accept(PROBE):
             return
 
-        def fits(trial: Any) -> bool:
+        def fits(trial: _Matcher) -> bool:
             ending = shortest_completion(trial, self.header.closers)
             return ending is not None and self._count(ending) <= left - 1
 
         self._drop_unless(row, _tokens_of(row & ~self.tables.neutral[: row.shape[0]]), fits)
 
-    def _keep_complete(self, row: Any) -> None:
+    def _keep_complete(self, row: torch.Tensor) -> None:
         """The answer is complete and a new part would not fit: only tokens after which it is
         still complete (whitespace after a JSON document, stop), where they are few enough to
         try one by one; among many (free text), the neutral ones."""
         row &= _with(self.tables.neutral[: row.shape[0]].clone(), self.stop_ids)
         self._drop_unless(row, _tokens_of(row), lambda trial: trial.can_stop())
 
-    def _drop_unless(self, row: Any, tokens: list[int], keep_if: Any) -> None:
+    def _drop_unless(self, row: torch.Tensor, tokens: list[int], keep_if: Callable[[_Matcher], bool]) -> None:
         """Clear each of ``tokens`` (stop tokens aside; at most :data:`_TRY_AT_MOST`, else none)
         whose matcher copy, after it, fails ``keep_if``."""
         stops = set(self.stop_ids)

@@ -19,7 +19,8 @@ budget too small for any valid answer before generating (``server/structured/bud
 
 The walk is a heuristic for the *shortest* ending (a greedy choice can miss a shorter branch)
 but always a *valid* one: every byte is taken by the grammar itself. It works on any
-:class:`ByteMatcher` (XGrammar and llguidance adapters live with their callers), so it knows no
+:class:`ByteMatcher` (XGrammar's and llguidance's adapters are here too: the walk and the
+matchers it drives read as one), so it knows no
 schema and no family: what is open is what the grammar says is open.
 """
 from __future__ import annotations
@@ -28,9 +29,16 @@ import json
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["BUDGET_PREFIX", "ORDER", "PROBE", "STYLE_CLOSERS", "BudgetHeader", "ByteMatcher", "Vocab",
+from server.json_types import JsonValue
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
+    from llguidance import LLMatcher
+
+__all__ = ["BUDGET_PREFIX", "ORDER", "PROBE", "STYLE_CLOSERS", "BudgetHeader", "ByteMatcher", "GuidanceBytes", "Vocab",
+           "XGrammarBytes",
            "closers_of", "shortest_completion", "split_budget_spec"]
 
 #: A byte string that free text (JSON string content, a think block, an XML value) takes and
@@ -90,23 +98,23 @@ def split_budget_spec(spec: str) -> tuple[BudgetHeader, str] | None:
                         closers=tuple(str(c) for c in fields.get("closers", ()))), inner
 
 
-def closers_of(value: Any, *, styles: Iterable[str] = ()) -> tuple[str, ...]:
+def closers_of(value: JsonValue, *, styles: Iterable[str] = ()) -> tuple[str, ...]:
     """The strings that may end free text or the answer in a structural tag ``value``: every tag's
     ``end``, every constant text (a section's close), and the value closers of each argument style
     in it (and of ``styles``), shortest first."""
     found: set[str] = set()
     seen_styles = set(styles)
 
-    def walk(node: Any) -> None:
+    def walk(node: JsonValue) -> None:
         if isinstance(node, dict):
             end = node.get("end")
             for text in (end if isinstance(end, list) else [end]):
                 if isinstance(text, str) and text.strip():
                     found.add(text)
-            if node.get("type") == "const_string" and isinstance(node.get("value"), str) and node["value"].strip():
-                found.add(node["value"])  # a section's or call's closing text
-            if isinstance(node.get("style"), str):
-                seen_styles.add(node["style"])
+            if node.get("type") == "const_string" and isinstance(const := node.get("value"), str) and const.strip():
+                found.add(const)  # a section's or call's closing text
+            if isinstance(style := node.get("style"), str):
+                seen_styles.add(style)
             for child in node.values():
                 walk(child)
         elif isinstance(node, list):
@@ -132,6 +140,65 @@ class ByteMatcher(Protocol):
 
     def can_stop(self) -> bool:
         """Whether the text so far is a complete answer."""
+
+
+class XGrammarBytes:
+    """An ``xgrammar.GrammarMatcher`` as a :class:`ByteMatcher`."""
+
+    __slots__ = ("m",)
+
+    def __init__(self, matcher: xgr.GrammarMatcher) -> None:
+        self.m = matcher
+
+    def fork(self) -> XGrammarBytes:
+        return XGrammarBytes(self.m.fork())
+
+    def accept(self, data: bytes) -> bool:
+        return bool(self.m.accept_string(data))
+
+    def forced(self) -> bytes:
+        try:
+            return str(self.m.find_jump_forward_string()).encode()
+        except UnicodeDecodeError:  # forced bytes that end (or start) inside a character
+            return b""
+
+    def can_stop(self) -> bool:
+        return bool(self.m.is_completed())
+
+    def accept_token(self, token: int) -> bool:
+        return bool(self.m.accept_token(token))
+
+
+class GuidanceBytes:
+    """An ``llguidance.LLMatcher`` as a byte matcher (bytes go in as the vocabulary's tokens)."""
+
+    __slots__ = ("m", "vocab")
+
+    def __init__(self, matcher: LLMatcher, vocab: Vocab) -> None:
+        self.m, self.vocab = matcher, vocab
+
+    def fork(self) -> GuidanceBytes:
+        return GuidanceBytes(self.m.deep_copy(), self.vocab)
+
+    def accept(self, data: bytes) -> bool:
+        tokens = self.vocab.tokens(data)
+        if not tokens:
+            return not data
+        taken = self.m.try_consume_tokens(tokens)
+        if taken == len(tokens):
+            return True
+        if taken:
+            self.m.rollback(taken)
+        return False
+
+    def forced(self) -> bytes:
+        return bytes(self.m.compute_ff_bytes())
+
+    def can_stop(self) -> bool:
+        return bool(self.m.is_accepting())
+
+    def accept_token(self, token: int) -> bool:
+        return self.m.try_consume_tokens([token]) == 1
 
 
 def _free(m: ByteMatcher) -> bool:

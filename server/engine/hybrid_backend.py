@@ -15,10 +15,15 @@ Installed in the engine-core process by :mod:`server.engine.vllm_plugin`.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from server.engine.budget_grammar import BudgetTables, make_budget_grammar
 from server.engine.budget_plan import BudgetHeader, split_budget_spec
+
+if TYPE_CHECKING:
+    import xgrammar as xgr
+    from vllm.v1.structured_output.backend_guidance import GuidanceBackend
+    from vllm.v1.structured_output.backend_types import StructuredOutputGrammar, StructuredOutputOptions
 
 __all__ = ["GUIDANCE_JSON_PREFIX", "guidance_grammar_text", "guidance_schema_text", "hybrid_backend_class"]
 
@@ -58,10 +63,10 @@ def _make_class() -> type:
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            self._guidance: Any = None
+            self._guidance: GuidanceBackend | None = None
             self._guidance_lock = threading.Lock()
 
-        def _guidance_backend(self) -> Any:
+        def _guidance_backend(self) -> GuidanceBackend:
             with self._guidance_lock:  # grammars compile on a thread pool
                 if self._guidance is None:
                     from vllm.v1.structured_output.backend_guidance import GuidanceBackend
@@ -74,8 +79,8 @@ def _make_class() -> type:
                     self._guidance = backend
                 return self._guidance
 
-        def compile_grammar(self, request_type: Any, grammar_spec: str,
-                            stop_token_ids: set[int] | None = None) -> Any:
+        def compile_grammar(self, request_type: StructuredOutputOptions, grammar_spec: str,
+                            stop_token_ids: set[int] | None = None) -> StructuredOutputGrammar:
             budgeted = split_budget_spec(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
             if budgeted is not None:
                 return self._budgeted(budgeted[0], budgeted[1], stop_token_ids)
@@ -85,7 +90,8 @@ def _make_class() -> type:
             # GuidanceBackend compiles JSON with vLLM's whitespace option, as XGrammar does here.
             return self._guidance_backend().compile_grammar(StructuredOutputOptions.JSON, schema)
 
-        def _budgeted(self, header: BudgetHeader, inner_spec: str, stop_token_ids: set[int] | None) -> Any:
+        def _budgeted(self, header: BudgetHeader, inner_spec: str,
+                      stop_token_ids: set[int] | None) -> StructuredOutputGrammar:
             """The inner spec's grammar behind ``header``'s budget (server/engine/budget_grammar.py)."""
             kinds = {"json": StructuredOutputOptions.JSON, "json_object": StructuredOutputOptions.JSON_OBJECT,
                      "regex": StructuredOutputOptions.REGEX, "grammar": StructuredOutputOptions.GRAMMAR,
@@ -100,7 +106,7 @@ def _make_class() -> type:
             stops = sorted(stop_token_ids) if stop_token_ids else list(info.stop_token_ids)
             return make_budget_grammar(inner, header, tables, stops)
 
-        def _tokenizer_info(self) -> Any:
+        def _tokenizer_info(self) -> xgr.TokenizerInfo:
             info = getattr(self, "_budget_info", None)
             if info is None:  # the compiler's own TokenizerInfo (XgrammarBackend keeps no handle on it)
                 info = self._budget_info = self.compiler.compile_builtin_json_grammar().tokenizer_info

@@ -24,10 +24,16 @@ the value: the breaker shortens a loop, it never writes a value of its own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from server.lru import BoundedLRU
+
+if TYPE_CHECKING:
+    import torch
+    import xgrammar as xgr
+    from vllm.config import VllmConfig
+    from vllm.sampling_params import SamplingParams
 
 __all__ = [
     "CHECK_EVERY",
@@ -59,6 +65,9 @@ _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _OPEN = {ord("["): ord("]"), ord("{"): ord("}")}
 _CLOSE = {v: k for k, v in _OPEN.items()}
 _WS = b" \t\r\n"
+
+#: Token ids as the logits are indexed: a list, or (in the engine) a tensor on the logits' device.
+_TokenIds: TypeAlias = "list[int] | torch.Tensor"
 
 
 class JsonDepth:
@@ -137,12 +146,13 @@ def closes(token: bytes, closing: bytes, *, in_string: bool) -> bool:
 class ClosingTokens:
     """Per process: the token ids that write each closing sequence, computed once (bounded)."""
 
-    def __init__(self, vocab: Sequence[bytes], *, to_ids: Any = list, max_entries: int = 64) -> None:
+    def __init__(self, vocab: Sequence[bytes], *, to_ids: Callable[[list[int]], _TokenIds] = list,
+                 max_entries: int = 64) -> None:
         self._vocab = vocab
         self._to_ids = to_ids  # list -> the logits' index type (a tensor on their device)
-        self._cache: BoundedLRU[tuple[bytes, bool], Any] = BoundedLRU(max_entries=max_entries)
+        self._cache: BoundedLRU[tuple[bytes, bool], _TokenIds] = BoundedLRU(max_entries=max_entries)
 
-    def ids(self, closing: bytes, *, in_string: bool) -> Any:
+    def ids(self, closing: bytes, *, in_string: bool) -> _TokenIds:
         key = (closing, in_string)
         found = self._cache.get(key)
         if found is None:
@@ -185,7 +195,7 @@ class LoopBreaker:
         self._target: tuple[int, int, int] | None = None
         self.broken = 0
 
-    def __call__(self, output_ids: list[int], logits: Any) -> Any:
+    def __call__(self, output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
         self._follow(output_ids)
         if self._target is None:
             return logits
@@ -246,14 +256,14 @@ class LoopBreaker:
                     p, span // p, _KIND[self._json.stack[depth - 1]])
 
 
-def vocab_bytes(info: Any, vocab_size: int) -> list[bytes]:
+def vocab_bytes(info: xgr.TokenizerInfo, vocab_size: int) -> list[bytes]:
     """Each token id's bytes from an XGrammar ``TokenizerInfo`` (special tokens: empty)."""
     special = set(info.special_token_ids)
     vocab = [b"" if i in special else bytes(t) for i, t in enumerate(info.decoded_vocab)]
     return vocab[:vocab_size] + [b""] * (vocab_size - len(vocab))
 
 
-def _load_vocab(vllm_config: Any) -> list[bytes]:
+def _load_vocab(vllm_config: VllmConfig) -> list[bytes]:
     """The vocabulary as XGrammar's backend in vLLM reads it, from the same tokenizer."""
     import xgrammar as xgr
     from vllm.tokenizers import cached_tokenizer_from_config
@@ -272,7 +282,7 @@ def _processor_class() -> type:
     class LoopBreakerProcessor(AdapterLogitsProcessor):
         """One :class:`LoopBreaker` per request that asks for it (``extra_args[EXTRA_ARG]``)."""
 
-        def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
+        def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
             super().__init__(vllm_config, device, is_pin_memory)
             try:
                 self._vocab: list[bytes] | None = _load_vocab(vllm_config)
@@ -286,7 +296,7 @@ def _processor_class() -> type:
         def is_argmax_invariant(self) -> bool:
             return False
 
-        def new_req_logits_processor(self, params: Any) -> LoopBreaker | None:
+        def new_req_logits_processor(self, params: SamplingParams) -> LoopBreaker | None:
             extra = params.extra_args or {}
             if not extra.get(EXTRA_ARG) or self._vocab is None:
                 return None
@@ -298,7 +308,7 @@ def _processor_class() -> type:
 _built: dict[str, type] = {}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type:
     if name == "LoopBreakerProcessor":  # what vLLM's FQCN loader asks for
         if name not in _built:
             _built[name] = _processor_class()

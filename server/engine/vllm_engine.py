@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from server.engine.base import (
     EngineAbortedError,
     EngineDeadError,
     EngineRequestError,
     GenerateRequest,
+    Sampling,
     TokenChunk,
     TokenLogprob,
     TopLogprob,
@@ -29,6 +30,15 @@ from server.engine.loop_breaker import EXTRA_ARG as BREAK_LOOPS
 from server.engine.loop_breaker import FQCN as LOOP_BREAKER
 from server.engine.vllm_plugin import ENV_FLAG as ENGINE_PLUGIN_FLAG
 from server.lru import BoundedLRU
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.outputs import CompletionOutput, RequestOutput
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.tokenizers import TokenizerLike
+
+    from server.structured.constraints import Constraint
 
 __all__ = ["EngineOptions", "VllmEngine", "engine_args", "engine_config", "remember_validated_grammars",
            "structured_outputs_params"]
@@ -56,14 +66,14 @@ class EngineOptions:
     enable_chunked_prefill: bool | None = None  # None: vLLM's default
     max_num_batched_tokens: int | None = None
     break_loops: bool = False  # close JSON values the model repeats without end (loop_breaker.py)
-    engine_args: tuple[tuple[str, Any], ...] = ()  # every other vllm serve engine flag (Settings.engine_args)
+    engine_args: tuple[tuple[str, object], ...] = ()  # every other vllm serve engine flag (Settings.engine_args)
 
 
 #: Engine arguments gramserve sets itself: its grammar backend and sampling defaults depend on them.
 _OWN_ENGINE_ARGS = frozenset({"structured_outputs_config", "generation_config", "model"})
 
 
-def engine_args(options: EngineOptions) -> Any:
+def engine_args(options: EngineOptions) -> AsyncEngineArgs:
     """vLLM's ``AsyncEngineArgs`` for these options: gramserve's own, then every other ``vllm serve``
     engine flag the command line gave (``options.engine_args``) as vLLM parsed it."""
     import dataclasses
@@ -101,7 +111,7 @@ def engine_args(options: EngineOptions) -> Any:
     return dataclasses.replace(args, **dict(options.engine_args)) if options.engine_args else args
 
 
-def engine_config(options: EngineOptions, *, api_processes: int = 1, api_rank: int = 0) -> Any:
+def engine_config(options: EngineOptions, *, api_processes: int = 1, api_rank: int = 0) -> VllmConfig:
     """vLLM's config for these options: built once per process, and by the parent of several API
     processes (``--api-server-count``) with ``api_rank=-1`` to launch the one engine core they share."""
     from vllm.usage.usage_lib import UsageContext
@@ -117,7 +127,7 @@ def engine_config(options: EngineOptions, *, api_processes: int = 1, api_rank: i
 class VllmEngine:
     """Adapter from our types to vLLM's AsyncLLM."""
 
-    def __init__(self, options: EngineOptions, *, client: dict[str, Any] | None = None) -> None:
+    def __init__(self, options: EngineOptions, *, client: Mapping[str, object] | None = None) -> None:
         """``client``: vLLM's client config of one of several API processes sharing an engine core
         (addresses, ``client_count``, ``client_index``: server/api_servers.py); None starts our own."""
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -125,6 +135,7 @@ class VllmEngine:
         remember_validated_grammars()
         client = dict(client or {})
         count, index = client.pop("client_count", 1), client.pop("client_index", 0)
+        assert isinstance(count, int) and isinstance(index, int), "vLLM's client count and index are ints"
         client.pop("api_server_loads", None)  # vLLM's accept balancing: uvicorn here accepts as it can
         config = engine_config(options, api_processes=count, api_rank=index)
         self._break_loops = LOOP_BREAKER in (config.model_config.logits_processors or ())
@@ -199,7 +210,7 @@ class VllmEngine:
         except ValueError as exc:  # vLLM's own validation (e.g. grammar it rejects)
             raise EngineRequestError(str(exc)) from exc
 
-    def _sampling_params(self, req: GenerateRequest) -> Any:
+    def _sampling_params(self, req: GenerateRequest) -> SamplingParams:
         from vllm.sampling_params import RequestOutputKind, SamplingParams
 
         s = req.sampling
@@ -239,7 +250,7 @@ class VllmEngine:
         self._llm.shutdown()
 
 
-def structured_outputs_params(constraint: Any, *, max_tokens: int | None = None) -> Any:
+def structured_outputs_params(constraint: Constraint, *, max_tokens: int | None = None) -> StructuredOutputsParams:
     """vLLM's ``StructuredOutputsParams`` for one of our engine-neutral ``Constraint``s; a
     constraint that closes within the budget travels wrapped in its budget header
     (``server/engine/budget_grammar.py`` reads it in the engine)."""
@@ -251,14 +262,14 @@ def structured_outputs_params(constraint: Any, *, max_tokens: int | None = None)
         return StructuredOutputsParams(grammar=header.wrap(inner))
     kind, value = constraint.kind, constraint.value
     if kind == "json" and constraint.backend == "llguidance":  # the hybrid backend's marked grammar
-        return StructuredOutputsParams(grammar=guidance_grammar_text(constraint.text()))
+        return StructuredOutputsParams(grammar=guidance_grammar_text(constraint.text))
     if kind == "json":
         return StructuredOutputsParams(json=value)
     if kind == "json_object":
         return StructuredOutputsParams(json_object=True)
     if kind == "regex":
         return StructuredOutputsParams(regex=value)
-    if kind == "choice":
+    if kind == "choice" and isinstance(value, tuple):  # always its tuple of texts
         return StructuredOutputsParams(choice=list(value))
     if kind == "grammar":
         return StructuredOutputsParams(grammar=value)
@@ -267,16 +278,16 @@ def structured_outputs_params(constraint: Any, *, max_tokens: int | None = None)
     raise ValueError(f"unknown constraint kind {kind!r}")
 
 
-def _inner_spec(constraint: Any) -> tuple[str, str]:
+def _inner_spec(constraint: Constraint) -> tuple[str, str]:
     """The (vLLM option, spec text) that a budget header wraps."""
     kind, value = constraint.kind, constraint.value
     if kind == "json" and constraint.backend == "llguidance":
-        return "grammar", guidance_grammar_text(constraint.text())
+        return "grammar", guidance_grammar_text(constraint.text)
     if kind in ("json", "structural_tag"):
         return kind, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     if kind == "json_object":
         return kind, ""
-    return kind, value  # regex, grammar: their text
+    return kind, str(value)  # regex, grammar: their text (a str already)
 
 
 _VALIDATED_MAX = 1024  # grammar specs remembered as valid (LRU)
@@ -304,7 +315,7 @@ def remember_validated_grammars() -> None:
         return
     passed: BoundedLRU[tuple[str, str], bool] = BoundedLRU(max_entries=_VALIDATED_MAX, max_chars=32 << 20)
 
-    def validate(sampling_params: Any) -> None:
+    def validate(sampling_params: SamplingParams) -> None:
         grammar = getattr(sampling_params.structured_outputs, "grammar", None) or ""
         if guidance_schema_text(grammar) is not None or split_budget_spec(grammar) is not None:
             return  # llguidance's or budgeted: gramserve compiled it itself; XGrammar's check does not apply
@@ -319,7 +330,7 @@ def remember_validated_grammars() -> None:
     backend_xgrammar.validate_xgrammar_grammar = validate
 
 
-def _spec_key(so: Any) -> tuple[str, str] | None:
+def _spec_key(so: StructuredOutputsParams | None) -> tuple[str, str] | None:
     """A JSON schema or structural tag alone (nothing the check rewrites): its text; else None."""
     if so is None or any(getattr(so, name, True) for name in ("regex", "choice", "grammar", "json_object")):
         return None
@@ -331,7 +342,7 @@ def _spec_key(so: Any) -> tuple[str, str] | None:
     return None
 
 
-def _runs_v1_model_runner(config: Any) -> bool:
+def _runs_v1_model_runner(config: VllmConfig) -> bool:
     """Whether vLLM will use its V1 model runner, whose logits-processor interface the loop breaker implements.
 
     Model Runner V2 (the default on CUDA with Triton) takes processors of another interface;
@@ -344,12 +355,12 @@ def _runs_v1_model_runner(config: Any) -> bool:
     return False
 
 
-def _holds_json(constraint: Any) -> bool:
+def _holds_json(constraint: Constraint | None) -> bool:
     """Constraints whose output is (or contains, as tool-call arguments) JSON: the loop breaker's."""
     return constraint is not None and constraint.kind in ("json", "json_object", "structural_tag")
 
 
-def _greedy_copies(s: Any) -> int:
+def _greedy_copies(s: Sampling) -> int:
     """How many copies of one generated choice make the ``n`` asked (n for greedy, else 1)."""
     return s.n if s.n > 1 and s.temperature == 0 else 1
 
@@ -360,7 +371,7 @@ def _finish_reason(reason: str | None) -> str | None:
     return "length" if reason == "length" else "stop"
 
 
-def _queue_seconds(out: Any) -> float | None:
+def _queue_seconds(out: RequestOutput) -> float | None:
     m = getattr(out, "metrics", None)
     queued = getattr(m, "queued_ts", None)
     scheduled = getattr(m, "scheduled_ts", None)
@@ -369,13 +380,13 @@ def _queue_seconds(out: Any) -> float | None:
     return None
 
 
-def _token_text(tokenizer: Any, token_id: int, decoded: str | None) -> str:
+def _token_text(tokenizer: TokenizerLike, token_id: int, decoded: str | None) -> str:
     if decoded is not None:
         return decoded
     return tokenizer.decode([token_id])
 
 
-def _logprobs(c: Any, tokenizer: Any, k: int) -> tuple[TokenLogprob, ...]:
+def _logprobs(c: CompletionOutput, tokenizer: TokenizerLike, k: int) -> tuple[TokenLogprob, ...]:
     if not c.logprobs:
         return ()
     result = []

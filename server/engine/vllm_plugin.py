@@ -17,7 +17,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vllm.v1.request import Request
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.structured_output.backend_types import StructuredOutputGrammar
 
 __all__ = ["COMPILE_NICE", "ENV_FLAG", "lower_thread_priority", "register"]
 
@@ -59,7 +64,7 @@ def register() -> None:
     if getattr(original, "_gramserve_low_priority", False):
         return
 
-    def _create_grammar(self: Any, request: Any) -> Any:
+    def _create_grammar(self: StructuredOutputManager, request: Request) -> StructuredOutputGrammar:
         lower_thread_priority()
         return original(self, request)
 

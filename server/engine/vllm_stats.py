@@ -21,12 +21,19 @@ checked here (``tests/unit/test_vllm_stats.py`` compares the two ways metric by 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vllm.v1.metrics.loggers import PrometheusStatLogger
 from vllm.v1.metrics.stats import IterationStats, PrefixCacheStats, PromptTokenStats, SchedulerStats
 
 from server.histogram import observe_many  # (re-exported: the bulk histogram update began here)
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+    from vllm.v1.metrics.stats import MultiModalCacheStats
+
+_Stats = TypeVar("_Stats", bound="DataclassInstance")  # one of vLLM's stats dataclasses
 
 __all__ = ["CoalescingStatLogger", "MAX_PENDING_STEPS", "observe_many"]
 
@@ -45,11 +52,11 @@ class _Collect:
     def __init__(self) -> None:
         self.values: list[float] = []
 
-    def observe(self, amount: float, exemplar: Any = None) -> None:
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
         self.values.append(amount)
 
 
-def _sum_dataclass(kind: type, items: list[Any]) -> Any:
+def _sum_dataclass(kind: type[_Stats], items: Sequence[_Stats]) -> _Stats:
     """A ``kind`` whose int fields are the items' sums and whose bool fields are their ``or``
     (fields equal in every item, such as constants, are kept)."""
     out = kind()
@@ -74,7 +81,7 @@ class _NotMergeable(Exception):
 
 def _merge_iterations(items: list[IterationStats]) -> IterationStats:
     out = IterationStats()
-    merged: dict[str, Any] = {}
+    merged: dict[str, Any] = {}  # IterationStats' fields: numbers and lists of vLLM's records
     for it in items:
         for name, value in vars(it).items():
             if name == "iteration_timestamp":
@@ -121,7 +128,7 @@ class CoalescingStatLogger(PrometheusStatLogger):
                             if name.startswith("histogram_") and isinstance(value, dict)]
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None,
-               mm_cache_stats: Any = None, engine_idx: int = 0) -> None:
+               mm_cache_stats: MultiModalCacheStats | None = None, engine_idx: int = 0) -> None:
         if not self.coalescing or mm_cache_stats is not None or not _mergeable(scheduler_stats):
             self.flush()  # keep the order of the steps
             super().record(scheduler_stats, iteration_stats, mm_cache_stats, engine_idx)

@@ -42,8 +42,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from server.json_types import JsonValue
 from server.messages.deltas import (
     FinalMessage,
     FinalToolCall,
@@ -114,7 +115,7 @@ class MessageStream:
         id_factory: Callable[[], str] = new_tool_call_id,
         streaming: bool = True,
         guard_repeats: bool = False,
-        tool_schemas: Mapping[str, Any] | None = None,
+        tool_schemas: Mapping[str, JsonValue] | None = None,
     ) -> None:
         if tool_parser is not None and tool_schemas is not None:
             tool_parser = tool_parser.with_tools(tool_schemas)  # XML parameters are typed by schema

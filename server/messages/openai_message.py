@@ -7,8 +7,7 @@ custom tools (``server/plan/chat_frames.py``).
 """
 from __future__ import annotations
 
-from typing import Any
-
+from server.json_types import JsonArray, JsonObject
 from server.messages.message_stream import FinalMessage, FinalToolCall, MessageDelta, ToolCallDelta
 
 __all__ = ["REASONING_FIELDS", "reasoning_fields", "function_call", "assistant_message", "text_delta",
@@ -17,12 +16,12 @@ __all__ = ["REASONING_FIELDS", "reasoning_fields", "function_call", "assistant_m
 REASONING_FIELDS = ("reasoning_content", "reasoning", "both")  # --reasoning-field
 
 
-def reasoning_fields(text: str | None, *, field: str | None) -> dict[str, Any]:
+def reasoning_fields(text: str | None, *, field: str | None) -> JsonObject:
     """Reasoning under the field(s) ``--reasoning-field`` names; none at all (``field`` None)
     when the server runs no reasoning parser."""
     if field is None:
         return {}
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if field in ("reasoning_content", "both"):
         out["reasoning_content"] = text
     if field in ("reasoning", "both"):
@@ -30,32 +29,34 @@ def reasoning_fields(text: str | None, *, field: str | None) -> dict[str, Any]:
     return out
 
 
-def function_call(call: FinalToolCall) -> dict[str, Any]:
+def function_call(call: FinalToolCall) -> JsonObject:
     """One ``message.tool_calls[]`` entry."""
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
-def assistant_message(final: FinalMessage, *, reasoning_field: str | None, calls: list[dict[str, Any]] | None = None,
-                      legacy: bool = False) -> dict[str, Any]:
+def assistant_message(final: FinalMessage, *, reasoning_field: str | None, calls: JsonArray | None = None,
+                      legacy: bool = False) -> JsonObject:
     """``choices[i].message``. ``calls``: the calls' JSON when the caller shapes them (custom
     tools); ``legacy``: the ``functions`` API (one call, as ``function_call``)."""
     if calls is None:
         calls = [function_call(c) for c in final.tool_calls]
     # OpenAI: content is null beside tool calls unless text came before them; "" for an empty answer.
-    msg: dict[str, Any] = {"role": "assistant", "content": final.content or (None if calls else "")}
+    msg: JsonObject = {"role": "assistant", "content": final.content or (None if calls else "")}
     msg.update(reasoning_fields(final.reasoning, field=reasoning_field))
     if legacy:
         if calls:
-            msg["function_call"] = calls[0]["function"]
+            first = calls[0]
+            assert isinstance(first, dict)  # a call object
+            msg["function_call"] = first["function"]
     else:
         msg["tool_calls"] = calls or None
     msg["refusal"] = None
     return msg
 
 
-def text_delta(delta: MessageDelta, *, reasoning_field: str | None) -> dict[str, Any]:
+def text_delta(delta: MessageDelta, *, reasoning_field: str | None) -> JsonObject:
     """The reasoning and content a delta adds, as one body ({} when it adds none)."""
-    body: dict[str, Any] = {}
+    body: JsonObject = {}
     if delta.reasoning:
         body.update(reasoning_fields(delta.reasoning, field=reasoning_field))
     if delta.content:
@@ -63,7 +64,7 @@ def text_delta(delta: MessageDelta, *, reasoning_field: str | None) -> dict[str,
     return body
 
 
-def call_delta(tc: ToolCallDelta) -> dict[str, Any]:
+def call_delta(tc: ToolCallDelta) -> JsonObject:
     """One ``delta.tool_calls[]`` entry: a call's header (id, type, name, ``arguments: ""``),
     or a fragment of its arguments."""
     if tc.name is not None:
@@ -72,7 +73,7 @@ def call_delta(tc: ToolCallDelta) -> dict[str, Any]:
     return {"index": tc.index, "function": {"arguments": tc.arguments}}
 
 
-def delta_bodies(delta: MessageDelta | None, *, reasoning_field: str | None) -> list[dict[str, Any]]:
+def delta_bodies(delta: MessageDelta | None, *, reasoning_field: str | None) -> list[JsonObject]:
     """The bodies one delta is sent as: its text first, then one per tool-call entry (a header
     alone, as OpenAI streams it)."""
     if delta is None:
@@ -81,12 +82,13 @@ def delta_bodies(delta: MessageDelta | None, *, reasoning_field: str | None) -> 
     return ([text] if text else []) + [{"tool_calls": [call_delta(tc)]} for tc in delta.tool_calls]
 
 
-def opening(body: dict[str, Any] | None) -> list[dict[str, Any]]:
+def opening(body: JsonObject | None) -> list[JsonObject]:
     """A choice's first bodies: OpenAI opens with the role, content null when the answer starts
     with a tool call (merged into that body), "" otherwise."""
     if body is not None and ("tool_calls" in body or "function_call" in body):
         return [{"role": "assistant", "content": None, **body}]
-    return [{"role": "assistant", "content": ""}] + ([body] if body is not None else [])
+    role: JsonObject = {"role": "assistant", "content": ""}
+    return [role] + ([body] if body is not None else [])
 
 
 def finish_reason(final: FinalMessage, *, length: bool = False, legacy: bool = False) -> str:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from server.json_types import JsonObject, JsonValue
 from server.messages.message_stream import FinalMessage, MessageStream, new_tool_call_id
 from server.messages.openai_message import assistant_message, delta_bodies, finish_reason, opening
 from tool_parsers import get_family
@@ -36,42 +36,43 @@ class Replay:
     the calls (malformed calls kept as content, unknown names dropped, a repeat that ended
     the turn)."""
 
-    message: dict[str, Any]
+    message: JsonObject
     finish_reason: str
-    deltas: tuple[dict[str, Any], ...] = ()
+    deltas: tuple[JsonObject, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The replay as one JSON object (``gramserve parse --jsonl`` writes one per line)."""
-        out: dict[str, Any] = {"deltas": list(self.deltas)} if self.deltas else {"message": self.message}
+        out: JsonObject = {"deltas": list(self.deltas)} if self.deltas else {"message": self.message}
         return {**out, "finish_reason": self.finish_reason, "notes": list(self.notes)}
 
 
-def tool_names(tools: Sequence[dict[str, Any]] | None) -> tuple[str, ...] | None:
-    """The function names of a request's ``tools`` (chat's nested or Responses' flat shape);
-    None without tools. ValueError for a tool that is not a named function."""
+def tool_names(tools: JsonValue | Sequence[JsonValue]) -> tuple[str, ...] | None:
+    """The function names of a request's ``tools`` as sent (chat's nested or Responses' flat shape);
+    None without tools. ValueError for a value that is not a list of named function tools."""
     schemas = tool_schemas(tools)
     return None if schemas is None else tuple(schemas)
 
 
-def tool_schemas(tools: Sequence[dict[str, Any]] | None) -> dict[str, Any] | None:
+def tool_schemas(tools: JsonValue | Sequence[JsonValue]) -> JsonObject | None:
     """Name -> ``parameters`` (``{}`` when absent) of a request's ``tools``, as the server
     hands them to the parser; None without tools. ValueError as :func:`tool_names`."""
     if tools is None:
         return None
     if not isinstance(tools, (list, tuple)):
         raise ValueError("'tools' must be a list of tools")
-    schemas: dict[str, Any] = {}
+    schemas: JsonObject = {}
     for i, tool in enumerate(tools):
         fn = tool.get("function", tool) if isinstance(tool, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(fn, dict) \
-                or not isinstance(fn.get("name"), str):
+                or not isinstance(name, str):
             raise ValueError(f"tools[{i}] is not a function tool with a name (custom tools are not replayed)")
-        schemas[fn["name"]] = fn.get("parameters") or {}
+        schemas[name] = fn.get("parameters") or {}
     return schemas
 
 
-def _stream(tool_call_parser: str | None, reasoning_parser: str | None, tools: Sequence[dict[str, Any]] | None, *,
+def _stream(tool_call_parser: str | None, reasoning_parser: str | None, tools: JsonValue | Sequence[JsonValue], *,
             thinking: bool, streaming: bool, allow_duplicate_tool_calls: bool,
             id_factory: Callable[[], str]) -> MessageStream:
     """The MessageStream ``server/plan/run.py::_new_stream`` builds for such a request."""
@@ -97,7 +98,7 @@ def _notes(final: FinalMessage) -> tuple[str, ...]:
 
 
 def parse_output(model_output: str | Iterable[str], *, tool_call_parser: str | None, reasoning_parser: str | None = None,
-                 tools: Sequence[dict[str, Any]] | None = None, thinking: bool = True,
+                 tools: JsonValue | Sequence[JsonValue] = None, thinking: bool = True,
                  reasoning_field: str = "reasoning_content", allow_duplicate_tool_calls: bool = False,
                  id_factory: Callable[[], str] = new_tool_call_id) -> Replay:
     """The message a non-streamed request gets for ``model_output`` (the text, or the engine's
@@ -115,7 +116,7 @@ def parse_output(model_output: str | Iterable[str], *, tool_call_parser: str | N
 
 
 def stream_output(model_output: str | Iterable[str], *, tool_call_parser: str | None,
-                  reasoning_parser: str | None = None, tools: Sequence[dict[str, Any]] | None = None,
+                  reasoning_parser: str | None = None, tools: JsonValue | Sequence[JsonValue] = None,
                   chunk: int = DEFAULT_CHUNK, thinking: bool = True, reasoning_field: str = "reasoning_content",
                   allow_duplicate_tool_calls: bool = False,
                   id_factory: Callable[[], str] = new_tool_call_id) -> Replay:
@@ -132,7 +133,7 @@ def stream_output(model_output: str | Iterable[str], *, tool_call_parser: str | 
     stream = _stream(tool_call_parser, reasoning_parser, tools, thinking=thinking, streaming=True,
                      allow_duplicate_tool_calls=allow_duplicate_tool_calls, id_factory=id_factory)
     field_name = reasoning_field if reasoning_parser else None
-    deltas: list[dict[str, Any]] = []
+    deltas: list[JsonObject] = []
     for i, piece in enumerate(pieces):
         step = [stream.feed(piece)]
         if stream.repeat is not None or i == len(pieces) - 1:  # the engine's last chunk, or the turn ended

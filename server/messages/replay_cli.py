@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TextIO, TypeGuard, cast
 
+from server.json_types import JsonArray, JsonObject, JsonValue
 from server.messages.openai_message import REASONING_FIELDS
 from server.messages.replay import DEFAULT_CHUNK, Replay, parse_output, stream_output
 from tool_parsers import FAMILIES
@@ -84,29 +85,37 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
     return 0
 
 
-def _replay(output: Any, args: argparse.Namespace, *, tools: Any, line: dict[str, Any] | None = None) -> Replay:
+def _is_output(value: JsonValue) -> TypeGuard[str | list[str]]:
+    """A model output: its text, or the engine's pieces of it."""
+    return isinstance(value, str) or isinstance(value, list) and all(isinstance(x, str) for x in value)
+
+
+def _replay(output: JsonValue, args: argparse.Namespace, *, tools: JsonArray | None,
+            line: JsonObject | None = None) -> Replay:
     """One replay; a ``--jsonl`` line may name its own parsers, tools and thinking switches."""
     line = line or {}
     parser = line.get("tool_call_parser", args.tool_call_parser)
-    options: dict[str, Any] = {
-        "tool_call_parser": None if parser in (None, _NONE) else parser,
-        "reasoning_parser": line.get("reasoning_parser", args.reasoning_parser),
-        "tools": line.get("tools", tools),
-        "thinking": _thinking(line, default=not args.no_thinking),
-        "reasoning_field": args.reasoning_field,
-        "allow_duplicate_tool_calls": args.allow_duplicate_tool_calls,
-    }
-    if not (isinstance(output, str) or isinstance(output, list) and all(isinstance(x, str) for x in output)):
+    # A line's parser names go to the replay as given: it looks them up (ValueError for an unknown name).
+    tool_call_parser = cast("str | None", None if parser in (None, _NONE) else parser)
+    reasoning_parser = cast("str | None", line.get("reasoning_parser", args.reasoning_parser))
+    line_tools = line.get("tools", tools)  # checked by the replay (ValueError unless a list of function tools)
+    thinking = _thinking(line, default=not args.no_thinking)
+    if not _is_output(output):
         raise UsageError("model_output must be a string or a list of strings (the engine's pieces)")
     try:
         if args.stream:
-            return stream_output(output, chunk=1 if args.per_char else args.chunk, **options)
-        return parse_output(output, **options)
+            return stream_output(output, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+                                 tools=line_tools, chunk=1 if args.per_char else args.chunk, thinking=thinking,
+                                 reasoning_field=args.reasoning_field,
+                                 allow_duplicate_tool_calls=args.allow_duplicate_tool_calls)
+        return parse_output(output, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+                            tools=line_tools, thinking=thinking, reasoning_field=args.reasoning_field,
+                            allow_duplicate_tool_calls=args.allow_duplicate_tool_calls)
     except ValueError as exc:  # an unknown parser name, or tools that are not function tools
         raise UsageError(str(exc)) from None
 
 
-def _thinking(line: dict[str, Any], *, default: bool) -> bool:
+def _thinking(line: JsonObject, *, default: bool) -> bool:
     """As the server reads a request: ``enable_thinking: false`` or ``reasoning_effort: "none"`` turn it off."""
     kwargs = line.get("chat_template_kwargs") or {}
     if not isinstance(kwargs, dict):
@@ -116,7 +125,7 @@ def _thinking(line: dict[str, Any], *, default: bool) -> bool:
     return kwargs.get("enable_thinking", True) is not False and line.get("reasoning_effort") != "none"
 
 
-def _jsonl(text: str, args: argparse.Namespace, tools: Any, stdout: TextIO) -> int:
+def _jsonl(text: str, args: argparse.Namespace, tools: JsonArray | None, stdout: TextIO) -> int:
     failed = 0
     for number, raw in enumerate(text.splitlines(), 1):
         if not raw.strip():
@@ -148,7 +157,7 @@ def _read(path: str, stdin: TextIO) -> str:
         raise UsageError(f"cannot read {path}: {exc}") from None
 
 
-def _read_tools(path: str) -> Any:
+def _read_tools(path: str) -> JsonArray:
     try:
         data = json.loads(_read(path, sys.stdin))
     except ValueError as exc:

@@ -11,14 +11,14 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from server.chat.generation import checked, completion_budget, logit_bias
 from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_chat_prompt
 from server.chat.reasoning_budget import ReasoningBudget, plan_reasoning_budget
 from server.engine.base import GenerateRequest, Sampling
 from server.errors import APIError, bad_request
-from server.json_types import JsonValue
+from server.json_types import JsonObject, JsonValue
 from server.protocol import ChatCompletionRequest, CompletionRequest
 from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore
@@ -71,7 +71,7 @@ class RequestPlan:
     prompts: tuple[Prompt, ...]
     spec: ConstraintSpec
     tool_spec: ToolSpec | None = None  # the tools as read (under tool_choice "none" too: the answer's shape)
-    json_schema: dict[str, Any] | None = None  # validated after generation when not strict
+    json_schema: JsonObject | None = None  # validated after generation when not strict
     strict: bool = False
     tool_names: tuple[str, ...] | None = None  # the calls returned (None: no tools)
     tool_schemas: dict[str, JsonValue] = field(default_factory=dict)
@@ -179,7 +179,7 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
 
 def _responses_plan(state: ServerState, req: ResponsesRequest, *, store: ResponseStore | None) -> RequestPlan:
     """Translate, then plan exactly as chat does; errors name Responses parameters."""
-    history: tuple[dict[str, Any], ...] = ()
+    history: tuple[JsonObject, ...] = ()
     if req.previous_response_id:
         if store is None:
             raise ValueError("a Responses request with previous_response_id needs the response store")

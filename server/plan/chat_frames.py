@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import cast
 
 from server.chat.custom_tools import InputStream, custom_input
 from server.chat.sse import DONE, ContentFrames, chunk, sse_event
 from server.chat.stream_guard import guarded_stream
+from server.engine.base import TokenLogprob
+from server.json_types import JsonArray, JsonObject
+from server.messages.message_stream import FinalMessage, FinalToolCall, MessageDelta
 from server.messages.openai_message import assistant_message, call_delta, function_call, opening, text_delta
 from server.plan.build import RequestPlan
 from server.plan.run import Choice, ChoiceUpdate, Run
@@ -41,36 +44,35 @@ def _reasoning_field(state: ServerState) -> str | None:
     return None if state.reasoning_parser is None else state.settings.reasoning_field
 
 
-def _logprobs_json(chunks: list[Any]) -> dict[str, Any]:
-    return {
-        "content": [
-            {"token": lp.token, "logprob": lp.logprob, "bytes": lp.bytes,
-             "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in lp.top]}
-            for lp in chunks
-        ],
-        "refusal": None,
-    }
+def _logprobs_json(chunks: list[TokenLogprob]) -> JsonObject:
+    content = [
+        {"token": lp.token, "logprob": lp.logprob, "bytes": lp.bytes,
+         "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in lp.top]}
+        for lp in chunks
+    ]
+    # JSON as built (the engine's ``bytes`` lists are list[int], not list[JsonValue]: no copy of each)
+    return {"content": cast(JsonArray, content), "refusal": None}
 
 
-def _call(c: Any, custom: frozenset[str]) -> dict[str, Any]:
+def _call(c: FinalToolCall, custom: frozenset[str]) -> JsonObject:
     if c.name in custom:
         return {"id": c.id, "type": "custom", "custom": {"name": c.name, "input": custom_input(c.arguments)}}
     return function_call(c)
 
 
-def _message(state: ServerState, final: Any, *, legacy: bool = False,
-             custom: frozenset[str] = frozenset()) -> dict[str, Any]:
-    calls = [_call(c, custom) for c in final.tool_calls]
+def _message(state: ServerState, final: FinalMessage, *, legacy: bool = False,
+             custom: frozenset[str] = frozenset()) -> JsonObject:
+    calls: JsonArray = [_call(c, custom) for c in final.tool_calls]
     return assistant_message(final, reasoning_field=_reasoning_field(state), calls=calls, legacy=legacy)
 
 
-async def chat_response(state: ServerState, plan: RequestPlan) -> tuple[dict[str, Any], dict[str, str]]:
+async def chat_response(state: ServerState, plan: RequestPlan) -> tuple[JsonObject, dict[str, str]]:
     """Non-streamed completion. Returns the body and extra response headers."""
     req = _chat(plan)
     run = Run(state, plan, streaming=False)
     ended = {u.choice.index: u for u in await run.to_end()}
     headers: dict[str, str] = {}
-    out_choices = []
+    out_choices: JsonArray = []
     outcomes = []
     for ch in run.choices:
         u = ended.get(ch.index)
@@ -81,9 +83,10 @@ async def chat_response(state: ServerState, plan: RequestPlan) -> tuple[dict[str
             reason = ch.finish_reason(final)
             closed = run.closed(ch, final, outcome)
         else:
+            assert u.final is not None  # a parsed choice's last update carries its message
             final, outcome, reason = u.final, u.schema_validated, u.finish_reason or "stop"
             closed = u.closed_by_budget
-        out = {
+        out: JsonObject = {
             "index": ch.index,
             "message": _message(state, final, legacy=ch.legacy, custom=ch.custom),
             "logprobs": _logprobs_json(ch.logprobs) if req.logprobs else None,
@@ -97,35 +100,43 @@ async def chat_response(state: ServerState, plan: RequestPlan) -> tuple[dict[str
         out_choices.append(out)
     if outcomes:  # one outcome per choice, in index order
         headers["x-gramserve-schema-validated"] = ",".join(outcomes)
-    body = {
+    body: JsonObject = {
         "id": plan.id, "object": "chat.completion", "created": plan.created, "model": state.engine.model_name,
         "system_fingerprint": None, "choices": out_choices, "usage": run.usage(),
     }
     return body, headers
 
 
-def _is_arguments_fragment(body: dict[str, Any]) -> bool:
-    """``{"tool_calls": [{"index": k, "function": {"arguments": "..."}}]}`` and nothing else."""
+def _arguments_fragment(body: JsonObject) -> tuple[int, str] | None:
+    """For ``{"tool_calls": [{"index": k, "function": {"arguments": "..."}}]}`` and nothing else:
+    the call's index and the arguments' text (None for any other body)."""
     calls = body.get("tool_calls") if len(body) == 1 else None
-    if not calls or len(calls) != 1:
-        return False
+    if not isinstance(calls, list) or len(calls) != 1:
+        return None
     call = calls[0]
-    return len(call) == 2 and "index" in call and call.get("function", {}).keys() == {"arguments"}
+    if not isinstance(call, dict) or len(call) != 2:
+        return None
+    index, function = call.get("index"), call.get("function")
+    if not isinstance(index, int) or not isinstance(function, dict) or function.keys() != {"arguments"}:
+        return None
+    arguments = function["arguments"]
+    return (index, arguments) if isinstance(arguments, str) else None
 
 
-def _delta_bodies(delta: Any, state: ServerState, choice: Choice) -> list[dict[str, Any]]:
+def _delta_bodies(delta: MessageDelta | None, state: ServerState, choice: Choice) -> list[JsonObject]:
     """One delta body for text, then one per tool-call entry (header alone, as OpenAI does);
     for the legacy functions API as it streamed them, ``delta.function_call``; custom tool
     calls as ``custom.input`` text."""
     if delta is None:
         return []
-    bodies: list[dict[str, Any]] = []
+    bodies: list[JsonObject] = []
     text = text_delta(delta, reasoning_field=_reasoning_field(state))
     if text:
         bodies.append(text)
     for tc in delta.tool_calls:
+        call: JsonObject
         if choice.legacy:
-            fn = {"name": tc.name, "arguments": tc.arguments} if tc.name is not None else {"arguments": tc.arguments}
+            fn: JsonObject = {"name": tc.name, "arguments": tc.arguments} if tc.name is not None else {"arguments": tc.arguments}
             bodies.append({"function_call": fn})
             continue
         if tc.name is not None and tc.name in choice.custom:
@@ -154,14 +165,14 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
     run = Run(state, p, streaming=True)
     model = state.engine.model_name
 
-    def frame(choice_list: list[dict[str, Any]]) -> bytes:
+    def frame(choice_list: list[JsonObject]) -> bytes:
         return sse_event(chunk(id=p.id, created=p.created, model=model, choices=choice_list))
 
     fast = ContentFrames(id=p.id, created=p.created, model=model)
 
     opened: set[int] = set()
 
-    def opened_with(index: int, body: dict[str, Any] | None) -> list[dict[str, Any]]:
+    def opened_with(index: int, body: JsonObject | None) -> list[JsonObject]:
         """A choice opens with its role when its first delta is known (``opening``)."""
         if index in opened:
             return [body] if body is not None else []
@@ -195,16 +206,16 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
                 events: list[bytes] = []  # one engine chunk's events go out in one write
                 for k, body in enumerate(bodies):
                     lp = _logprobs_json(u.logprobs) if (req.logprobs and k == lp_at) else None
-                    if FAST_PATHS and lp is None and len(body) == 1 and "content" in body:  # the per-token hot path
-                        events.append(fast.content(ch.index, body["content"]))
+                    if FAST_PATHS and lp is None and len(body) == 1 and isinstance(text := body.get("content"), str):
+                        events.append(fast.content(ch.index, text))  # the per-token hot path
                         continue
-                    if FAST_PATHS and lp is None and _is_arguments_fragment(body):  # the hot path of a tool call
-                        call = body["tool_calls"][0]
-                        events.append(fast.arguments(ch.index, call["index"], call["function"]["arguments"]))
+                    fragment = _arguments_fragment(body) if FAST_PATHS and lp is None else None
+                    if fragment is not None:  # the hot path of a tool call
+                        events.append(fast.arguments(ch.index, *fragment))
                         continue
                     events.append(frame([{"index": ch.index, "delta": body, "logprobs": lp, "finish_reason": None}]))
                 if u.finish_reason:
-                    last = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": u.finish_reason}
+                    last: JsonObject = {"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": u.finish_reason}
                     if u.schema_validated is not None:  # a stream has no headers left: the finish chunk says it
                         last[SCHEMA_VALIDATED] = u.schema_validated
                     if u.closed_by_budget:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 from server.chat.sse import DONE, chunk, sse_event
 from server.chat.stream_guard import guarded_stream
 from server.engine.base import TokenLogprob
+from server.json_types import JsonArray, JsonObject
 from server.plan.build import RequestPlan
 from server.plan.run import ChoiceUpdate, Run
 from server.protocol import CompletionRequest
@@ -28,8 +28,11 @@ def _completion(plan: RequestPlan) -> CompletionRequest:
     return plan.request
 
 
-def _legacy_logprobs(lps: list[TokenLogprob], offset: int) -> dict[str, Any]:
-    tokens, token_lps, tops, offsets = [], [], [], []
+def _legacy_logprobs(lps: list[TokenLogprob], offset: int) -> JsonObject:
+    tokens: JsonArray = []
+    token_lps: JsonArray = []
+    tops: JsonArray = []
+    offsets: JsonArray = []
     for lp in lps:
         tokens.append(lp.token)
         token_lps.append(lp.logprob)
@@ -39,12 +42,12 @@ def _legacy_logprobs(lps: list[TokenLogprob], offset: int) -> dict[str, Any]:
     return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": tops, "text_offset": offsets}
 
 
-async def completion_response(state: ServerState, plan: RequestPlan) -> dict[str, Any]:
+async def completion_response(state: ServerState, plan: RequestPlan) -> JsonObject:
     """The non-streamed ``text_completion``: every prompt's choices, in order."""
     req = _completion(plan)
     run = Run(state, plan, streaming=False)
     await run.to_end()
-    choices: list[dict[str, Any]] = []
+    choices: JsonArray = []
     for ch in run.choices:
         prefix = plan.prompts[ch.index // req.n].text if req.echo else ""
         choices.append({
@@ -72,7 +75,7 @@ async def _completion_events(state: ServerState, plan: RequestPlan) -> AsyncIter
     run = Run(state, plan, streaming=True)
     offsets = [0] * len(run.choices)
 
-    def frame(choice: dict[str, Any]) -> bytes:
+    def frame(choice: JsonObject) -> bytes:
         return sse_event(chunk(id=rid, created=created, model=model, choices=[choice], object="text_completion"))
 
     try:

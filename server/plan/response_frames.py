@@ -16,11 +16,12 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 from server.chat.custom_tools import InputStream, custom_input
 from server.chat.stream_guard import guarded_stream
 from server.errors import APIError, internal_error
+from server.json_types import JsonArray, JsonObject, JsonValue
+from server.messages.message_stream import FinalMessage, ToolCallDelta
 from server.plan.build import RequestPlan, ResponsesPlan
 from server.plan.run import ChoiceUpdate, Run
 from server.responses.protocol import ResponsesRequest
@@ -43,32 +44,33 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-def _text_format(req: ResponsesRequest) -> dict[str, Any]:
+def _text_format(req: ResponsesRequest) -> JsonValue:
     return (req.text or {}).get("format") or {"type": "text"}
 
 
-def _usage(chat_usage: dict[str, Any]) -> dict[str, Any]:
-    details = chat_usage.get("completion_tokens_details") or {}
+def _usage(chat_usage: JsonObject) -> JsonObject:
+    details = chat_usage.get("completion_tokens_details")  # (usage_dict's: an object, or absent)
+    reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
     return {
         "input_tokens": chat_usage["prompt_tokens"],
         "input_tokens_details": {"cached_tokens": 0},
         "output_tokens": chat_usage["completion_tokens"],
-        "output_tokens_details": {"reasoning_tokens": details.get("reasoning_tokens") or 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning or 0},
         "total_tokens": chat_usage["total_tokens"],
     }
 
 
-def _response(state: ServerState, pr: ResponsesPlan, *, status: str, output: list[dict[str, Any]],
-              usage: dict[str, Any] | None = None, error: dict[str, Any] | None = None,
-              closed_by_budget: bool = False) -> dict[str, Any]:
+def _response(state: ServerState, pr: ResponsesPlan, *, status: str, output: JsonArray,
+              usage: JsonObject | None = None, error: JsonObject | None = None,
+              closed_by_budget: bool = False) -> JsonObject:
     body = _body(state, pr, status=status, output=output, usage=usage, error=error)
     if closed_by_budget:  # incomplete by the budget, yet complete and valid (docs/schema_support.md)
         body[CLOSED_BY_BUDGET] = True
     return body
 
 
-def _body(state: ServerState, pr: ResponsesPlan, *, status: str, output: list[dict[str, Any]],
-          usage: dict[str, Any] | None, error: dict[str, Any] | None) -> dict[str, Any]:
+def _body(state: ServerState, pr: ResponsesPlan, *, status: str, output: JsonArray,
+          usage: JsonObject | None, error: JsonObject | None) -> JsonObject:
     req = pr.request
     return {
         "id": pr.id, "object": "response", "created_at": pr.created_at, "status": status, "background": False,
@@ -81,36 +83,36 @@ def _body(state: ServerState, pr: ResponsesPlan, *, status: str, output: list[di
         "service_tier": "default", "store": req.store,
         "temperature": 1.0 if req.temperature is None else req.temperature,
         "text": {"format": _text_format(req), "verbosity": "medium"},
-        "tool_choice": req.tool_choice or "auto", "tools": req.tools or [],
+        "tool_choice": req.tool_choice or "auto", "tools": list(req.tools or ()),
         "top_logprobs": 0, "top_p": 1.0 if req.top_p is None else req.top_p, "truncation": "disabled",
-        "usage": usage, "user": None, "metadata": req.metadata or {},
+        "usage": usage, "user": None, "metadata": dict(req.metadata or {}),
     }
 
 
-def _reasoning_item(item_id: str, text: str, *, status: str) -> dict[str, Any]:
-    content = [{"type": "reasoning_text", "text": text}] if status == "completed" else []
+def _reasoning_item(item_id: str, text: str, *, status: str) -> JsonObject:
+    content: JsonArray = [{"type": "reasoning_text", "text": text}] if status == "completed" else []
     return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "encrypted_content": None,
             "status": status}
 
 
-def _message_item(item_id: str, text: str | None, *, status: str) -> dict[str, Any]:
-    content = [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+def _message_item(item_id: str, text: str | None, *, status: str) -> JsonObject:
+    content: JsonArray = [] if text is None else [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
     return {"type": "message", "id": item_id, "role": "assistant", "status": status, "content": content}
 
 
-def _call_item(item_id: str, call_id: str, name: str, arguments: str, *, status: str) -> dict[str, Any]:
+def _call_item(item_id: str, call_id: str, name: str, arguments: str, *, status: str) -> JsonObject:
     return {"type": "function_call", "id": item_id, "call_id": call_id, "name": name, "arguments": arguments,
             "status": status}
 
 
-def _custom_item(item_id: str, call_id: str, name: str, text: str, *, status: str) -> dict[str, Any]:
+def _custom_item(item_id: str, call_id: str, name: str, text: str, *, status: str) -> JsonObject:
     return {"type": "custom_tool_call", "id": item_id, "call_id": call_id, "name": name, "input": text,
             "status": status}
 
 
-def _output(final: Any, *, item_status: str, custom: frozenset[str]) -> list[dict[str, Any]]:
+def _output(final: FinalMessage, *, item_status: str, custom: frozenset[str]) -> JsonArray:
     """Output items for a finished message: reasoning, text, then one item per tool call."""
-    out = []
+    out: JsonArray = []
     if final.reasoning:
         out.append(_reasoning_item(_new_id("rs"), final.reasoning, status="completed"))
     if final.content or not final.tool_calls:
@@ -123,15 +125,17 @@ def _output(final: Any, *, item_status: str, custom: frozenset[str]) -> list[dic
     return out
 
 
-def _store(store: ResponseStore, pr: ResponsesPlan, body: dict[str, Any]) -> None:
+def _store(store: ResponseStore, pr: ResponsesPlan, body: JsonObject, output: JsonArray) -> None:
+    """Keep the answer (``output``: its output items) when the request asked for it."""
     if pr.request.store and body["status"] in ("completed", "incomplete"):
-        conversation = pr.chat.conversation + tuple(output_messages(body["output"]))
-        store.put(StoredResponse(body=body, conversation=conversation,
-                                 input_items=tuple(input_items(pr.request.input))))
+        conversation = pr.chat.conversation + tuple(output_messages(output))
+        # the input items (objects: translating the request checked every one)
+        items = tuple(item for item in input_items(pr.request.input) if isinstance(item, dict))
+        store.put(StoredResponse(body=body, conversation=conversation, input_items=items))
 
 
 async def response_body(state: ServerState, store: ResponseStore,
-                        plan: RequestPlan) -> tuple[dict[str, Any], dict[str, str]]:
+                        plan: RequestPlan) -> tuple[JsonObject, dict[str, str]]:
     """The non-streamed Response object, and extra headers."""
     pr = _responses(plan)
     run = Run(state, plan, streaming=False)
@@ -141,14 +145,15 @@ async def response_body(state: ServerState, store: ResponseStore,
     if last is None:  # the engine ended without a final chunk: nothing was generated
         raise internal_error()
     status = "incomplete" if last.finish_reason == "length" else "completed"
+    assert last.final is not None  # a parsed choice's last update carries its message
     output = _output(last.final, item_status=status, custom=_custom(plan))
     body = _response(state, pr, status=status, output=output, usage=usage, closed_by_budget=last.closed_by_budget)
-    _store(store, pr, body)
+    _store(store, pr, body, output)
     headers = {"x-gramserve-schema-validated": last.schema_validated} if last.schema_validated else {}
     return body, headers
 
 
-def _event(kind: str, seq: int, **fields: Any) -> bytes:
+def _event(kind: str, seq: int, **fields: JsonValue) -> bytes:
     payload = {"type": kind, "sequence_number": seq, **fields}
     data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return f"event: {kind}\ndata: {data}\n\n".encode()
@@ -161,11 +166,11 @@ class _Events:
         self.custom = custom  # custom tools: their calls stream as decoded input text
         self.input: InputStream | None = None
         self.seq = 0
-        self.output: list[dict[str, Any]] = []  # finished items, in output order
-        self.open: dict[str, Any] | None = None  # the item being streamed
+        self.output: JsonArray = []  # finished items, in output order
+        self.open: JsonObject | None = None  # the item being streamed
         self.text = ""  # its text or arguments so far
 
-    def emit(self, kind: str, **fields: Any) -> bytes:
+    def emit(self, kind: str, **fields: JsonValue) -> bytes:
         out = _event(kind, self.seq, **fields)
         self.seq += 1
         return out
@@ -173,12 +178,12 @@ class _Events:
     def _index(self) -> int:
         return len(self.output)
 
-    def _start(self, item: dict[str, Any]) -> list[bytes]:
+    def _start(self, item: JsonObject) -> list[bytes]:
         self.open, self.text = item, ""
         out = [self.emit("response.output_item.added", output_index=self._index(), item=item)]
         if item["type"] in ("message", "reasoning"):
-            part = ({"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-                    if item["type"] == "message" else {"type": "reasoning_text", "text": ""})
+            part: JsonObject = ({"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                                if item["type"] == "message" else {"type": "reasoning_text", "text": ""})
             out.append(self.emit("response.content_part.added", item_id=item["id"], output_index=self._index(),
                                  content_index=0, part=part))
         return out
@@ -189,9 +194,9 @@ class _Events:
         if item is None:
             return []
         self.open = None
-        kind, item_id = item["type"], item["id"]
+        kind, item_id = item["type"], str(item["id"])  # (the items this class starts: string ids and names)
         if kind == "message":
-            part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+            part: JsonObject = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
             done = _message_item(item_id, text, status=status)
             out = [self.emit("response.output_text.done", item_id=item_id, output_index=i, content_index=0,
                              text=text, logprobs=[]),
@@ -204,10 +209,10 @@ class _Events:
                    self.emit("response.content_part.done", item_id=item_id, output_index=i, content_index=0,
                              part={"type": "reasoning_text", "text": text})]
         elif kind == "custom_tool_call":
-            done = _custom_item(item_id, item["call_id"], item["name"], text, status="completed")
+            done = _custom_item(item_id, str(item["call_id"]), str(item["name"]), text, status="completed")
             out = [self.emit("response.custom_tool_call_input.done", item_id=item_id, output_index=i, input=text)]
         else:
-            done = _call_item(item_id, item["call_id"], item["name"], text, status="completed")
+            done = _call_item(item_id, str(item["call_id"]), str(item["name"]), text, status="completed")
             out = [self.emit("response.function_call_arguments.done", item_id=item_id, output_index=i,
                              name=item["name"], arguments=text)]
         out.append(self.emit("response.output_item.done", output_index=i, item=done))
@@ -235,9 +240,10 @@ class _Events:
                                  content_index=0, delta=text, logprobs=[]))
         return out
 
-    def call(self, call: Any) -> list[bytes]:
+    def call(self, call: ToolCallDelta) -> list[bytes]:
         out: list[bytes] = []
         if call.name is not None:  # a new call: its header
+            assert call.id is not None  # (a header carries the call's id)
             out += self.close()
             custom = call.name in self.custom
             self.input = InputStream() if custom else None
@@ -268,11 +274,10 @@ def response_stream(state: ServerState, store: ResponseStore, plan: RequestPlan)
 
     def failed(exc: APIError) -> list[bytes]:
         closed = ev.close(status="incomplete")  # the item being streamed ends, as far as it got
-        err = exc.body()["error"]
-        return [*closed, ev.emit("error", code=err["code"], message=err["message"], param=err["param"]),
+        return [*closed, ev.emit("error", code=exc.code, message=exc.message, param=exc.param),
                 ev.emit("response.failed", response=_response(
                     state, pr, status="failed", output=ev.output,
-                    error={"code": err["code"] or "server_error", "message": err["message"]}))]
+                    error={"code": exc.code or "server_error", "message": exc.message}))]
 
     return guarded_stream(_events(state, store, plan, ev), state=state, request_ids=[plan.id], on_error=failed)
 
@@ -311,5 +316,5 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
     finally:
         run.timer.close()
     body = _response(state, pr, status=status, output=ev.output, usage=usage, closed_by_budget=closed)
-    _store(store, pr, body)
+    _store(store, pr, body, ev.output)
     yield ev.emit(f"response.{status}", response=body)

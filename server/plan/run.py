@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any
 
 from server.chat.custom_tools import InputStream
 from server.chat.generation import GenerationTimer
@@ -18,8 +17,9 @@ from server.chat.output_checks import ToolCallChecker, validate_json_output
 from server.chat.prompt_tokens import guard_for
 from server.chat.reasoning_budget import budgeted_chunks
 from server.chat.stream_guard import abort_shielded
-from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk
+from server.engine.base import EngineAbortedError, EngineDeadError, EngineRequestError, GenerateRequest, TokenChunk, TokenLogprob
 from server.errors import APIError, bad_request
+from server.json_types import JsonObject
 from server.messages.message_stream import FinalMessage, MessageDelta, MessageStream
 from server.messages.openai_message import finish_reason
 from server.plan.build import Prompt, RequestPlan
@@ -85,11 +85,11 @@ class Choice:
         self.inputs: dict[int, InputStream] = {}  # custom calls being streamed, by call index (chat framer)
         self.tokens = 0
         self.finish: str | None = None
-        self.logprobs: list[Any] = []  # not streamed: every chunk's logprobs
+        self.logprobs: list[TokenLogprob] = []  # not streamed: every chunk's logprobs
         self.text = ""  # unparsed: the text so far (not streamed, or streamed under budget-aware closing)
         self.closed = False  # the budget ended it and the grammar closed it complete (completions' mark)
 
-    def finish_reason(self, final: Any) -> str:
+    def finish_reason(self, final: FinalMessage) -> str:
         return finish_reason(final, length=self.finish == "length", legacy=self.legacy)
 
 
@@ -102,9 +102,9 @@ class ChoiceUpdate:
     choice: Choice
     deltas: list[MessageDelta]
     text: str
-    logprobs: list[Any]
+    logprobs: list[TokenLogprob]
     finish_reason: str | None = None
-    final: Any = None
+    final: FinalMessage | None = None  # (parsed choices only)
     schema_validated: str | None = None
     closed_by_budget: bool = False  # the budget ended it, the grammar closed it: complete
 
@@ -190,7 +190,7 @@ class Run:
         return ChoiceUpdate(ch, deltas, c.text, list(c.logprobs), finish_reason=ch.finish_reason(final),
                             final=final, schema_validated=outcome, closed_by_budget=self.closed(ch, final, outcome))
 
-    def closed(self, choice: Choice, final: Any, outcome: str | None) -> bool:
+    def closed(self, choice: Choice, final: FinalMessage, outcome: str | None) -> bool:
         """Whether the budget ended this choice and the grammar closed it complete."""
         return closed_by_budget(self.plan.gen.constraint, choice.finish, final, outcome)
 
@@ -204,7 +204,7 @@ class Run:
         outcome = None if schema is None else validate_json_output(text, schema, finished=True)
         return closed_by_budget(constraint, "length", FinalMessage(reasoning=None, content=text, tool_calls=[]), outcome)
 
-    def check(self, choice: Choice) -> tuple[Any, str | None]:
+    def check(self, choice: Choice) -> tuple[FinalMessage, str | None]:
         """The finishing step of one parsed choice, the same streamed or not: tool-call outcomes
         counted, JSON output validated against its schema. Returns the final message and that
         outcome."""
@@ -238,7 +238,7 @@ class Run:
     def prompt_tokens(self) -> int:
         return sum(len(p.ids) for p in self.plan.prompts)
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> JsonObject:
         """The answer's usage, recorded in the token counters (call once, at the end)."""
         completion_tokens = sum(ch.tokens for ch in self.choices)
         prompt_tokens = self.prompt_tokens()

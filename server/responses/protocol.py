@@ -2,9 +2,11 @@
 :mod:`server.responses.translate`, where each error can name its exact ``param``."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from server.protocol import JsonArrayField, JsonField, JsonObjectField
 
 __all__ = ["ResponsesRequest", "IGNORED_FIELDS"]
 
@@ -18,13 +20,13 @@ class ResponsesRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str | None = None
-    input: str | list[Any] = Field(default="")
+    input: str | JsonArrayField = Field(default="")
     instructions: str | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[JsonObjectField] | None = None
+    tool_choice: str | JsonObjectField | None = None
     parallel_tool_calls: bool = True
-    text: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None
+    text: JsonObjectField | None = None
+    reasoning: JsonObjectField | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
@@ -33,10 +35,10 @@ class ResponsesRequest(BaseModel):
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = Field(default=None, max_length=16)
     background: bool = False
-    conversation: Any = None
+    conversation: JsonField = None
     truncation: Literal["auto", "disabled"] | None = None
     # vLLM-style extras, as on chat
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1)
     ignore_eos: bool = False
     close_within_budget: bool | None = Field(default=None, strict=True)  # budget-aware closing, as on chat
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: JsonObjectField | None = None

@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from server.errors import APIError
+from server.json_types import JsonObject
 from server.lru import BoundedLRU
 
 __all__ = ["StoredResponse", "ResponseStore"]
@@ -21,9 +21,16 @@ __all__ = ["StoredResponse", "ResponseStore"]
 
 @dataclass(frozen=True)
 class StoredResponse:
-    body: dict[str, Any]  # the Response object as it was returned
-    conversation: tuple[dict[str, Any], ...]  # chat messages up to and including this answer
-    input_items: tuple[dict[str, Any], ...]  # the request's input items, for GET .../input_items
+    body: JsonObject  # the Response object as it was returned
+    conversation: tuple[JsonObject, ...]  # chat messages up to and including this answer
+    input_items: tuple[JsonObject, ...]  # the request's input items, for GET .../input_items
+
+    @property
+    def id(self) -> str:
+        """The response's id (the server's own: a string)."""
+        response_id = self.body["id"]
+        assert isinstance(response_id, str)
+        return response_id
 
 
 class ResponseStore:
@@ -39,7 +46,7 @@ class ResponseStore:
         return len(self._items)
 
     def put(self, entry: StoredResponse) -> None:
-        self._items.put(entry.body["id"], (self._clock() + self.ttl_s, entry))
+        self._items.put(entry.id, (self._clock() + self.ttl_s, entry))
 
     def get(self, response_id: str, *, param: str | None = None) -> StoredResponse:
         """The stored response; 404 in the error envelope when unknown, expired or evicted."""

@@ -11,11 +11,11 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ValidationError
 
 from server.errors import APIError, bad_request, validation_error
+from server.json_types import JsonArray, JsonObject, JsonValue
 from server.protocol import ChatCompletionRequest
 from server.responses.protocol import ResponsesRequest
 
@@ -31,18 +31,18 @@ class ChatPlan:
     for the store) and where each chat message came from (for error params)."""
 
     chat: ChatCompletionRequest
-    conversation: tuple[dict[str, Any], ...]
+    conversation: tuple[JsonObject, ...]
     sources: tuple[str, ...]  # per chat message: "instructions", "previous_response_id" or "input[i]"
 
 
-def input_items(value: str | list[Any]) -> list[dict[str, Any]]:
+def input_items(value: str | JsonArray) -> JsonArray:
     """``input`` as a list of items (a string is one user message)."""
     if isinstance(value, str):
         return [{"type": "message", "role": "user", "content": value}]
     return list(value)
 
 
-def _text(content: Any, *, param: str) -> str:
+def _text(content: JsonValue, *, param: str) -> str:
     """A message's text: a string, or its text parts joined."""
     if isinstance(content, str):
         return content
@@ -52,8 +52,9 @@ def _text(content: Any, *, param: str) -> str:
     out = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind in _TEXT_PARTS and isinstance(part.get("text", part.get("refusal")), str):
-            out.append(part.get("text", part.get("refusal")))
+        text = part.get("text", part.get("refusal")) if isinstance(part, dict) else None
+        if kind in _TEXT_PARTS and isinstance(text, str):
+            out.append(text)
         elif kind in ("input_image", "input_file", "input_audio"):
             raise bad_request(f"'{param}[{j}]' is an {kind} part; this server's model reads text only. Send the "
                               "content as input_text.", param=f"{param}[{j}]", code="unsupported_content")
@@ -63,9 +64,9 @@ def _text(content: Any, *, param: str) -> str:
     return "".join(out)
 
 
-def _messages(items: Sequence[Any], *, known_calls: set[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def _messages(items: Sequence[JsonValue], *, known_calls: set[str]) -> tuple[list[JsonObject], list[str]]:
     """Chat messages for input items, with each one's source param."""
-    messages: list[dict[str, Any]] = []
+    messages: list[JsonObject] = []
     sources: list[str] = []
     for i, item in enumerate(items):
         where = f"input[{i}]"
@@ -88,10 +89,12 @@ def _messages(items: Sequence[Any], *, known_calls: set[str]) -> tuple[list[dict
             if kind == "custom_tool_call":  # made by the model as {"input": ...} (server.chat.custom_tools)
                 args = json.dumps({"input": args}, ensure_ascii=False)
             known_calls.add(call_id)
-            call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+            call: JsonObject = {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and sources[-1] != "previous_response_id":
-                last.setdefault("tool_calls", []).append(call)  # parallel calls: one assistant turn
+                calls = last.setdefault("tool_calls", [])  # parallel calls: one assistant turn
+                assert isinstance(calls, list)  # (this loop's own message: none, or the list it made)
+                calls.append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
                 sources.append(where)
@@ -118,9 +121,9 @@ def _messages(items: Sequence[Any], *, known_calls: set[str]) -> tuple[list[dict
     return messages, sources
 
 
-def _tool(tool: Any, i: int) -> dict[str, Any]:
+def _tool(tool: JsonObject, i: int) -> JsonObject:
     where = f"tools[{i}]"
-    kind = tool.get("type") if isinstance(tool, dict) else None
+    kind = tool.get("type")
     if kind == "custom":
         fmt = tool.get("format") or {"type": "text"}
         if isinstance(fmt, dict) and fmt.get("type") == "grammar":  # flat in Responses, nested in chat
@@ -135,7 +138,7 @@ def _tool(tool: Any, i: int) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: str | JsonObject | None) -> JsonValue:
     if choice is None or isinstance(choice, str):
         return choice
     kind = choice.get("type")
@@ -148,7 +151,7 @@ def _tool_choice(choice: Any) -> Any:
                       "one of \"auto\", \"none\", \"required\".", param="tool_choice", code="invalid_value")
 
 
-def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+def _response_format(text: JsonObject | None) -> JsonObject | None:
     fmt = (text or {}).get("format")
     if fmt is None:
         return None
@@ -161,7 +164,7 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": spec}
 
 
-def to_chat(req: ResponsesRequest, *, history: Sequence[dict[str, Any]] = ()) -> ChatPlan:
+def to_chat(req: ResponsesRequest, *, history: Sequence[JsonObject] = ()) -> ChatPlan:
     """The chat request for ``req``, continuing ``history`` (a stored conversation)."""
     if req.background:
         raise bad_request("'background' responses are not supported; send the request without it (use 'stream' "
@@ -169,7 +172,7 @@ def to_chat(req: ResponsesRequest, *, history: Sequence[dict[str, Any]] = ()) ->
     if req.conversation is not None:
         raise bad_request("'conversation' objects are not supported; continue with 'previous_response_id'.",
                           param="conversation", code="unsupported_parameter")
-    known = {c["id"] for m in history for c in m.get("tool_calls") or ()}
+    known = {call_id for m in history for call_id in _call_ids(m)}
     items = input_items(req.input)
     if not items and not history:
         raise bad_request("'input' is empty; send a string or at least one item.", param="input",
@@ -177,11 +180,11 @@ def to_chat(req: ResponsesRequest, *, history: Sequence[dict[str, Any]] = ()) ->
     new, new_sources = _messages(items, known_calls=known)
     conversation = [dict(m) for m in history] + new
     sources = ["previous_response_id"] * len(history) + new_sources
-    messages = list(conversation)
+    messages: JsonArray = list(conversation)
     if req.instructions:  # instructions apply to this request only (OpenAI: not carried over)
         messages.insert(0, {"role": "system", "content": req.instructions})
         sources.insert(0, "instructions")
-    body: dict[str, Any] = {
+    body: JsonObject = {
         "model": req.model, "messages": messages, "stream": req.stream,
         "tools": [_tool(t, i) for i, t in enumerate(req.tools)] if req.tools else None,
         "tool_choice": _tool_choice(req.tool_choice), "parallel_tool_calls": req.parallel_tool_calls,
@@ -198,7 +201,7 @@ def to_chat(req: ResponsesRequest, *, history: Sequence[dict[str, Any]] = ()) ->
     return ChatPlan(chat=chat, conversation=tuple(conversation), sources=tuple(sources))
 
 
-def _effort(effort: Any) -> str | None:
+def _effort(effort: JsonValue) -> JsonValue:
     # "minimal" thinks as little as the template allows: none where thinking can be switched off
     return "none" if effort == "minimal" else effort
 
@@ -230,18 +233,39 @@ def rename_error(exc: APIError, sources: Sequence[str]) -> APIError:
     return exc.renamed(lambda param: responses_name(param, sources))
 
 
-def output_messages(output: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A response's output items as the chat messages that continue the conversation."""
-    msg: dict[str, Any] = {"role": "assistant", "content": None}
+def _call_ids(message: JsonObject) -> list[str]:
+    """The ids of a stored chat message's tool calls (the server's own message: a list of calls, or none)."""
+    calls = message.get("tool_calls") or []
+    assert isinstance(calls, list)
+    return [c["id"] for c in calls if isinstance(c, dict) and isinstance(c["id"], str)]
+
+
+def output_messages(output: Sequence[JsonValue]) -> list[JsonObject]:
+    """A response's output items (the server's own) as the chat messages that continue the conversation."""
+    content: str | None = None
+    calls: JsonArray = []
     for item in output:
+        assert isinstance(item, dict)  # an output item object
         if item["type"] == "message":
-            msg["content"] = (msg["content"] or "") + "".join(p.get("text", "") for p in item["content"])
+            parts = item["content"]
+            assert isinstance(parts, list)  # output_text parts
+            content = (content or "") + "".join(_part_text(p) for p in parts)
         elif item["type"] in ("function_call", "custom_tool_call"):
             args = item["arguments"] if item["type"] == "function_call" else json.dumps({"input": item["input"]},
                                                                                          ensure_ascii=False)
-            msg.setdefault("tool_calls", []).append(
+            calls.append(
                 {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": args}})
-    if msg["content"] is None and not msg.get("tool_calls"):
+    msg: JsonObject = {"role": "assistant", "content": content}
+    if calls:
+        msg["tool_calls"] = calls
+    elif content is None:
         msg["content"] = ""
     return [msg]
+
+
+def _part_text(part: JsonValue) -> str:
+    """An output_text part's text (the server's own part)."""
+    text = part.get("text", "") if isinstance(part, dict) else None
+    assert isinstance(text, str)  # an output_text part's text
+    return text
 

@@ -14,14 +14,17 @@ engine (``server/engine/budget_grammar.py``) instead of being cut mid-JSON. Here
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from server.engine.budget_plan import closers_of
 from server.errors import bad_request
 from server.structured.constraints import Constraint
 
 if TYPE_CHECKING:  # pragma: no cover
+    from server.messages.deltas import FinalMessage
+    from server.protocol import ChatCompletionRequest, CompletionRequest
     from server.structured.from_request import BuiltConstraint
+    from server.structured.grammar_cache import GrammarCache
     from server.structured.spec import ConstraintSpec
 
 __all__ = ["CLOSED_BY_BUDGET", "check_floor", "closed_by_budget", "closes_by_default", "closing_constraint"]
@@ -37,7 +40,8 @@ def closes_by_default(spec: ConstraintSpec, built: BuiltConstraint) -> bool:
     return built.strict and built.schema is not None
 
 
-def closing_constraint(req: Any, spec: ConstraintSpec, built: BuiltConstraint) -> Constraint | None:
+def closing_constraint(req: ChatCompletionRequest | CompletionRequest, spec: ConstraintSpec,
+                       built: BuiltConstraint) -> Constraint | None:
     """The request's constraint, with closing switched on where the request (or the default) wants it."""
     constraint = built.constraint
     if constraint is None or constraint.kind == "choice":  # a choice is one of its texts: nothing to close
@@ -49,13 +53,13 @@ def closing_constraint(req: Any, spec: ConstraintSpec, built: BuiltConstraint) -
     if closing is not None:                   # across an agent's turns: the same object again, no rework)
         return closing
     styles = [spec.call_format.arguments_style] if spec.call_format is not None and spec.tools else []
-    value = constraint.value if constraint.kind == "structural_tag" else None
+    value = constraint.value if constraint.kind == "structural_tag" and isinstance(constraint.value, dict) else None
     closing = replace(constraint, closes=True, closers=closers_of(value, styles=styles))
     built.__dict__["_closing"] = closing  # frozen dataclass: not a field, so eq and hash are unchanged
     return closing
 
 
-def check_floor(cache: Any, constraint: Constraint | None, max_tokens: int, *, param: str) -> int | None:
+def check_floor(cache: GrammarCache | None, constraint: Constraint | None, max_tokens: int, *, param: str) -> int | None:
     """400 when ``max_tokens`` cannot hold the shortest complete answer; returns that minimum."""
     if cache is None or constraint is None or not constraint.closes:
         return None
@@ -69,7 +73,7 @@ def check_floor(cache: Any, constraint: Constraint | None, max_tokens: int, *, p
     return need
 
 
-def closed_by_budget(constraint: Constraint | None, finish: str | None, final: Any, outcome: str | None) -> bool:
+def closed_by_budget(constraint: Constraint | None, finish: str | None, final: FinalMessage, outcome: str | None) -> bool:
     """Whether an answer the budget ended is complete anyway (closed by the grammar, not cut)."""
     if constraint is None or not constraint.closes or finish != "length":
         return False

@@ -26,12 +26,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, cast
 
 from reasoning_parsers.base import thinking_on
 from server.config import MAX_SCHEMA_DEPTH
 from server.engine.budget_plan import BUDGET_PREFIX
+from server.json_types import JsonMapping, JsonObject, JsonValue, nesting_exceeds
 from server.lru import BoundedLRU
 from server.structured.errors import GRAMMAR_ERRORS, ConstraintError
 from server.structured.tool_grammar import (
@@ -51,8 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tool_parsers.base import CallFormat
 
 __all__ = [
+    "JSON_OBJECT",
     "check_schema",
-    "nesting_exceeds",
     "Constraint",
     "ConstraintError",
     "ReasoningSpec",
@@ -89,7 +90,7 @@ class ReasoningSpec:
     switches: tuple[str, ...] = ("enable_thinking",)  # chat_template_kwargs turning thinking on/off,
     thinking_default: bool = True  # and whether it is on when none is set (the parser's own rule)
 
-    def thinks(self, chat_template_kwargs: dict[str, Any] | None, reasoning_effort: str | None) -> bool:
+    def thinks(self, chat_template_kwargs: JsonMapping | None, reasoning_effort: str | None) -> bool:
         return thinking_on(chat_template_kwargs, reasoning_effort, switches=self.switches,
                            default=self.thinking_default)
 
@@ -101,7 +102,7 @@ class Constraint:
     structural_tag → ``{"type": "structural_tag", "format": {...}}`` dict."""
 
     kind: ConstraintKind
-    value: Any
+    value: JsonValue | tuple[str, ...]
     #: The compiler that enforces it: "xgrammar", or "llguidance" for a JSON schema that only
     #: llguidance enforces exactly (``schema_plan.decide_schema``; the engine's hybrid backend).
     backend: Backend = "xgrammar"
@@ -110,25 +111,27 @@ class Constraint:
     closes: bool = False
     closers: tuple[str, ...] = ()
 
-    def text(self) -> str:
-        """The value as compact JSON (key order kept: property order is part of the grammar)."""
-        return json.dumps(self.value, separators=(",", ":"), ensure_ascii=False)
+    #: The value as compact JSON (key order kept: property order is part of the grammar).
+    text: str = field(init=False, repr=False, compare=False)
+    #: Backend, kind + :attr:`text`: the compiled-grammar cache's key. Keys are NOT sorted
+    #: (xgrammar emits properties in schema order).
+    key: str = field(init=False, repr=False, compare=False)
 
-    def cache_key(self) -> str:
-        """Backend, kind + compact JSON of the value. Keys are NOT sorted: property order is part
-        of the grammar (xgrammar emits properties in schema order). Computed once per object:
-        an agent's remembered constraint is looked up again on every turn."""
-        key = self.__dict__.get("_key")
-        if key is None:
-            prefix = "" if self.backend == "xgrammar" else self.backend + "/"
-            key = prefix + self.kind + ":" + self.text()
-            self.__dict__["_key"] = key  # a frozen dataclass: not a field, so eq and hash are unchanged
-        return key
+    def __post_init__(self) -> None:
+        # Made once with the value (a constraint is never changed after it is made): an agent's
+        # remembered constraint is looked up again on every turn, and every reader takes the field.
+        text = json.dumps(self.value, separators=(",", ":"), ensure_ascii=False)
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "key", ("" if self.backend == "xgrammar" else self.backend + "/") + self.kind + ":" + text)
 
 
-def _reasoning_prefix(spec: ReasoningSpec) -> dict[str, Any]:
+#: Any JSON object (``response_format: json_object``); one value, made with the module.
+JSON_OBJECT = Constraint("json_object", True)
+
+
+def _reasoning_prefix(spec: ReasoningSpec) -> JsonObject:
     """Free text up to ``spec.end`` (optional unless pre-opened or required), then whitespace."""
-    block = {
+    block: JsonObject = {
         "type": "tag",
         "begin": "" if spec.starts_open else spec.start,
         "content": {"type": "any_text"},
@@ -148,29 +151,13 @@ def _xgr_message(exc: BaseException) -> str:
     return _XGR_NOISE.sub("", text).strip() or type(exc).__name__
 
 
-def nesting_exceeds(doc: Any, limit: int) -> bool:
-    """Whether objects / arrays in ``doc`` nest deeper than ``limit`` (iterative: no recursion)."""
-    level = [doc]
-    for _ in range(limit):
-        level = [
-            c
-            for n in level
-            if isinstance(n, (dict, list))
-            for c in (n.values() if isinstance(n, dict) else n)
-            if isinstance(c, (dict, list))
-        ]
-        if not level:
-            return False
-    return True
-
-
 _UNSEEN = object()
 # kind + canonical JSON -> problem (None: fine). Keys are client schemas (each up to
 # --max-schema-bytes): bounded in their size too.
 _CHECKS: BoundedLRU[str, str | None] = BoundedLRU(max_entries=1024, max_chars=32 << 20)
 
 
-def _remembered_problem(kind: str, doc: Any, find: Callable[[], str | None]) -> str | None:
+def _remembered_problem(kind: str, doc: JsonValue, find: Callable[[], str | None]) -> str | None:
     """``find()``'s outcome for ``doc``, remembered: agents send the same tools on every turn,
     and checking them costs milliseconds per schema."""
     key = kind + json.dumps(doc, sort_keys=True, separators=(",", ":"))
@@ -182,7 +169,7 @@ def _remembered_problem(kind: str, doc: Any, find: Callable[[], str | None]) -> 
     return problem
 
 
-def check_schema(schema: Any, param: str) -> None:
+def check_schema(schema: JsonValue, param: str) -> None:
     """JSON Schema 2020-12 meta-validation and the nesting limit (which compiler takes the
     schema is ``schema_plan.decide_schema``'s question; a tool's schema is compiled in its tag)."""
     if isinstance(schema, bool):
@@ -197,7 +184,7 @@ def check_schema(schema: Any, param: str) -> None:
         raise ConstraintError(f"{param} {problem}", param, code="invalid_schema")
 
 
-def _schema_problem(schema: dict[str, Any]) -> str | None:
+def _schema_problem(schema: JsonObject) -> str | None:
     """What is wrong with ``schema`` (the text after the parameter name), or None."""
     import jsonschema
 
@@ -216,7 +203,8 @@ def _schema_problem(schema: dict[str, Any]) -> str | None:
     return None  # whether a compiler takes it is schema_plan.decide_schema's question
 
 
-def _check_regex(pattern: Any, param: str) -> None:
+def _check_regex(pattern: JsonValue, param: str) -> str:
+    """``pattern``, checked as vLLM will compile it."""
     import xgrammar as xgr
 
     if not isinstance(pattern, str):
@@ -227,6 +215,7 @@ def _check_regex(pattern: Any, param: str) -> None:
         xgr.Grammar.from_regex(pattern)
     except GRAMMAR_ERRORS as exc:
         raise ConstraintError(f"{param} is not a supported regex: {_xgr_message(exc)}", param) from None
+    return pattern
 
 
 def _is_lark(grammar: str) -> bool:
@@ -238,7 +227,7 @@ def _is_lark(grammar: str) -> bool:
     return True
 
 
-def _check_grammar(grammar: Any, param: str) -> str:
+def _check_grammar(grammar: JsonValue, param: str) -> str:
     """Parse as vLLM will (Lark or EBNF); returns the grammar as EBNF."""
     import xgrammar as xgr
 
@@ -258,15 +247,16 @@ def _check_grammar(grammar: Any, param: str) -> str:
     return str(parsed) if lark else grammar
 
 
-def _check_choice(choice: Any, param: str) -> tuple[str, ...]:
+def _check_choice(choice: JsonValue, param: str) -> tuple[str, ...]:
     if not isinstance(choice, list) or not choice:
         raise ConstraintError(f"{param} must be a non-empty list of strings.", param)
-    if not all(isinstance(c, str) for c in choice):
+    texts = tuple(c for c in choice if isinstance(c, str))
+    if len(texts) != len(choice):
         raise ConstraintError(f"{param} must contain only strings.", param)
-    return tuple(choice)
+    return texts
 
 
-def _check_structural_tag(tag: dict[str, Any], param: str | None) -> None:
+def _check_structural_tag(tag: JsonObject, param: str | None) -> None:
     def find() -> str | None:
         import xgrammar as xgr
 
@@ -291,16 +281,16 @@ def _check_structural_tag(tag: dict[str, Any], param: str | None) -> None:
 class _Response:
     """The text-answer constraint: a structural-tag format plus the plain vLLM form."""
 
-    fmt: dict[str, Any]
+    fmt: JsonObject
     plain: Constraint | None  # None when only expressible as a structural tag
 
 
-def _from_response_format(rf: dict[str, Any], guidance: Any = None) -> _Response | None:
+def _from_response_format(rf: JsonMapping, guidance: JsonObject | None = None) -> _Response | None:
     kind = rf.get("type")
     if kind in (None, "text"):
         return None
     if kind == "json_object":
-        return _Response(json_format({"type": "object"}), Constraint("json_object", True))
+        return _Response(json_format({"type": "object"}), JSON_OBJECT)
     if kind != "json_schema":
         raise ConstraintError(
             f"response_format.type {kind!r} is not supported; use 'text', 'json_object' or 'json_schema'.",
@@ -314,7 +304,8 @@ def _from_response_format(rf: dict[str, Any], guidance: Any = None) -> _Response
     return _json_response(schema, guidance)
 
 
-def _json_response(schema: Any, guidance: Any = None, param: str = "response_format.json_schema.schema") -> _Response:
+def _json_response(schema: JsonValue, guidance: JsonObject | None = None,
+                   param: str = "response_format.json_schema.schema") -> _Response:
     """``guidance``: the schema's llguidance form when llguidance enforces it exactly (then
     the plain constraint runs there); a structural tag always holds ``schema`` (XGrammar's form)."""
     if schema is True:  # "any JSON value", in the dict form every consumer understands
@@ -327,7 +318,7 @@ def _json_response(schema: Any, guidance: Any = None, param: str = "response_for
     return _Response(json_format(schema), plain)
 
 
-def _check_xgrammar_schema(schema: Any, param: str) -> None:
+def _check_xgrammar_schema(schema: JsonValue, param: str) -> None:
     """XGrammar converts ``schema`` (it will hold the answer), remembered per schema."""
     def find() -> str | None:
         import xgrammar as xgr
@@ -343,7 +334,7 @@ def _check_xgrammar_schema(schema: Any, param: str) -> None:
         raise ConstraintError(f"{param} {problem}", param, code="invalid_schema")
 
 
-def _from_structured_outputs(so: dict[str, Any], guidance: Any = None) -> _Response:
+def _from_structured_outputs(so: JsonMapping, guidance: JsonObject | None = None) -> _Response:
     keys = [k for k, v in so.items() if v is not None and k not in _VLLM_OPTION_KEYS]
     known = {"json", "regex", "choice", "grammar", "json_object"}
     unknown = [k for k in keys if k not in known]
@@ -371,10 +362,10 @@ def _from_structured_outputs(so: dict[str, Any], guidance: Any = None) -> _Respo
     if key == "json_object":
         if value is not True:
             raise ConstraintError(f"{param} must be true when set.", param)
-        return _Response(json_format({"type": "object"}), Constraint("json_object", True))
+        return _Response(json_format({"type": "object"}), JSON_OBJECT)
     if key == "regex":
-        _check_regex(value, param)
-        return _Response({"type": "regex", "pattern": value}, Constraint("regex", value))
+        pattern = _check_regex(value, param)
+        return _Response({"type": "regex", "pattern": pattern}, Constraint("regex", pattern))
     if key == "choice":
         choices = _check_choice(value, param)
         return _Response(one_of([const(c) for c in choices]), Constraint("choice", choices))
@@ -384,7 +375,7 @@ def _from_structured_outputs(so: dict[str, Any], guidance: Any = None) -> _Respo
 
 
 
-def _tool_arguments_schema(params: Any, param: str) -> Any:
+def _tool_arguments_schema(params: JsonValue, param: str) -> JsonValue:
     """The schema the arguments must follow; parameterless tools get exactly ``{}``."""
     if params is None or params == {} or (
         isinstance(params, dict)
@@ -394,7 +385,7 @@ def _tool_arguments_schema(params: Any, param: str) -> Any:
         and not params.get("required")
         and params.get("additionalProperties", False) is False
     ):
-        return EMPTY_OBJECT
+        return cast(JsonObject, EMPTY_OBJECT)  # JSON: tool_grammar's literal infers as dict[str, object]
     check_schema(params, param)
     if isinstance(params, dict):
         t = params.get("type")
@@ -409,7 +400,7 @@ def _tool_arguments_schema(params: Any, param: str) -> Any:
     return _typed_arrays(params)
 
 
-def _typed_arrays(schema: Any) -> Any:
+def _typed_arrays(schema: JsonValue) -> JsonValue:
     """``schema`` with ``items: {}`` spelled out where an array schema gives none: XGrammar (JSON
     and every XML argument style) reads an array without ``items`` as the empty array only."""
     if isinstance(schema, list):
@@ -423,7 +414,7 @@ def _typed_arrays(schema: Any) -> Any:
     return out
 
 
-def _tool_entries(tools: ToolSpec) -> list[tuple[str, Any]]:
+def _tool_entries(tools: ToolSpec) -> list[tuple[str, JsonValue]]:
     """(name, arguments schema) of each tool the model may call; every tool's schema is checked
     (one left out by ``allowed_tools`` is still rendered in the prompt)."""
     schemas = {t.name: _tool_arguments_schema(t.parameters, f"tools[{t.index}].function.parameters")
@@ -431,26 +422,26 @@ def _tool_entries(tools: ToolSpec) -> list[tuple[str, Any]]:
     return [(t.name, schemas[t.name]) for t in tools.callable]
 
 
-def _finish(fmt: dict[str, Any], reasoning: ReasoningSpec | None, plain: Constraint | None) -> Constraint:
+def _finish(fmt: JsonObject, reasoning: ReasoningSpec | None, plain: Constraint | None) -> Constraint:
     """Prefix the reasoning block when asked, validate, and pick the simplest vLLM form."""
     if reasoning is None and plain is not None:
         return plain
     if reasoning is not None:
         fmt = seq(_reasoning_prefix(reasoning), fmt)
-    tag = {"type": "structural_tag", "format": fmt}
+    tag: JsonObject = {"type": "structural_tag", "format": fmt}
     _check_structural_tag(tag, None)
     return Constraint("structural_tag", tag)
 
 
 def constraint_from_request(
     *,
-    response_format: dict[str, Any] | None,
-    structured_outputs: dict[str, Any] | None,
+    response_format: JsonMapping | None,
+    structured_outputs: JsonMapping | None,
     tools: ToolSpec | None = None,
     tool_format: str | CallFormat | None = None,
     reasoning: ReasoningSpec | None = None,
     tool_constraints: bool = True,
-    guidance_schema: Any = None,
+    guidance_schema: JsonObject | None = None,
 ) -> Constraint | None:
     """One constraint for the whole completion, or None when the output is free text.
 

@@ -15,10 +15,11 @@ from typing import Any
 
 from server import metrics
 from server.errors import bad_request
+from server.json_types import nesting_exceeds
 from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
-from server.structured.constraints import Constraint, check_schema, constraint_from_request, nesting_exceeds
+from server.structured.constraints import Constraint, check_schema, constraint_from_request
 from server.structured.schema_plan import SchemaDecision, decide_schema
 from server.structured.spec import ConstraintSpec, Limits, capabilities
 

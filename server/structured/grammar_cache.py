@@ -15,12 +15,19 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from server.engine.vllm_plugin import lower_thread_priority
 from server.lru import BoundedLRU
-from server.structured.constraints import Constraint, _is_lark, _xgr_message
+from server.structured.constraints import JSON_OBJECT, Constraint, _is_lark, _xgr_message
 from server.structured.errors import GRAMMAR_ERRORS
+
+if TYPE_CHECKING:  # pragma: no cover
+    import llguidance as llg
+    import xgrammar as xgr
+    from transformers import PreTrainedTokenizerBase
+
+    from server.engine.budget_plan import ByteMatcher, Vocab
 
 __all__ = ["CompileResult", "GrammarCache", "compile_constraint", "guidance_compile_error", "tokenizer_info_from_hf"]
 
@@ -33,7 +40,7 @@ class CompileResult:
     error: str | None = None
 
 
-def tokenizer_info_from_hf(tokenizer: Any, *, vocab_size: int | None = None) -> Any:
+def tokenizer_info_from_hf(tokenizer: PreTrainedTokenizerBase, *, vocab_size: int | None = None) -> xgr.TokenizerInfo:
     """``xgrammar.TokenizerInfo`` built exactly as vLLM's xgrammar backend builds it for a
     Hugging Face tokenizer. Pass the model's vocab size (``model_config.get_vocab_size()``,
     i.e. the lm_head width) when it differs from the tokenizer's."""
@@ -54,7 +61,8 @@ def _choice_ebnf(choices: tuple[str, ...] | list[str]) -> str:
     return "root ::= " + " | ".join(f'"{esc(c)}"' for c in choices)
 
 
-def compile_constraint(compiler: Any, constraint: Constraint, *, disable_any_whitespace: bool = False) -> Any:
+def compile_constraint(compiler: xgr.GrammarCompiler, constraint: Constraint, *,
+                       disable_any_whitespace: bool = False) -> xgr.CompiledGrammar:
     """Compile ``constraint`` with an ``xgrammar.GrammarCompiler`` the way vLLM 0.32 does."""
     import json
 
@@ -69,9 +77,9 @@ def compile_constraint(compiler: Any, constraint: Constraint, *, disable_any_whi
         )
     if kind == "regex":
         return compiler.compile_regex(value)
-    if kind == "choice":
+    if kind == "choice" and isinstance(value, tuple):  # always its tuple of texts
         return compiler.compile_grammar(_choice_ebnf(value))
-    if kind == "grammar":
+    if kind == "grammar" and isinstance(value, str):  # always its text
         return compiler.compile_lark(value) if _is_lark(value) else compiler.compile_grammar(value)
     if kind == "structural_tag":
         return compiler.compile_structural_tag(value if isinstance(value, str) else json.dumps(value))
@@ -101,7 +109,7 @@ class GrammarCache:
 
     def __init__(
         self,
-        tokenizer_info: Any | Callable[[], Any],
+        tokenizer_info: xgr.TokenizerInfo | Callable[[], xgr.TokenizerInfo],
         *,
         max_entries: int = 256,
         compile_timeout_s: float = 10.0,
@@ -111,7 +119,7 @@ class GrammarCache:
         max_key_chars: int = 64 << 20,
     ) -> None:
         self._info_source = tokenizer_info
-        self._compiler: Any = None
+        self._compiler: xgr.GrammarCompiler | None = None
         self.max_entries = max_entries
         self.compile_timeout_s = compile_timeout_s
         self.disable_any_whitespace = disable_any_whitespace
@@ -127,11 +135,11 @@ class GrammarCache:
         self._stuck: set[str] = set()
         # budget-aware closing: the shortest answer's tokens per constraint (-1: none found)
         self._mins: BoundedLRU[str, int] = BoundedLRU(max_entries=max_entries, max_chars=max_key_chars)
-        self._vocab_table: Any = None
-        self._ll_tok: Any = None
+        self._vocab_table: Vocab | None = None
+        self._ll_tok: llg.LLTokenizer | None = None
 
     @property
-    def compiler(self) -> Any:
+    def compiler(self) -> xgr.GrammarCompiler:
         """The ``xgrammar.GrammarCompiler`` (created on first use)."""
         with self._lock:
             if self._compiler is None:
@@ -151,7 +159,7 @@ class GrammarCache:
     def _run(self, constraint: Constraint) -> CompileResult:
         start = time.perf_counter()
         if constraint.backend == "llguidance":
-            error = guidance_compile_error(constraint.text(), disable_any_whitespace=self.disable_any_whitespace)
+            error = guidance_compile_error(constraint.text, disable_any_whitespace=self.disable_any_whitespace)
             return CompileResult(error is None, time.perf_counter() - start, False, error)
         try:
             compile_constraint(self.compiler, constraint, disable_any_whitespace=self.disable_any_whitespace)
@@ -162,7 +170,7 @@ class GrammarCache:
     def compile(self, constraint: Constraint) -> CompileResult:
         """Compile (or recall) ``constraint``. Every failure is a result with ok=False and the
         reason: xgrammar's error, not compiled in time, or the compiler busy with slow ones."""
-        key = constraint.cache_key()
+        key = constraint.key
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -210,7 +218,7 @@ class GrammarCache:
         """The fewest tokens a complete answer under ``constraint`` takes (budget-aware closing's
         floor: ``server/structured/budget.py``), worked out once per constraint and remembered;
         None when no ending is found (then no floor is enforced)."""
-        key = constraint.cache_key() + "\x00" + "\x00".join(constraint.closers)
+        key = constraint.key + "\x00" + "\x00".join(constraint.closers)
         hit = self._mins.get(key)
         if hit is not None:
             return hit if hit >= 0 else None
@@ -221,24 +229,23 @@ class GrammarCache:
     def _min_tokens(self, constraint: Constraint) -> int | None:
         import xgrammar as xgr
 
-        from server.engine.budget_grammar import GuidanceBytes, XGrammarBytes
-        from server.engine.budget_plan import shortest_completion
+        from server.engine.budget_plan import GuidanceBytes, XGrammarBytes, shortest_completion
 
-        info = compile_constraint(self.compiler, Constraint("json_object", True)).tokenizer_info
+        info = compile_constraint(self.compiler, JSON_OBJECT).tokenizer_info
         vocab = self._vocab(info)
         if constraint.backend == "llguidance":
             import llguidance as llg
 
             grammar = llg.LLMatcher.grammar_from_json_schema(
-                constraint.text(), defaults={"whitespace_flexible": not self.disable_any_whitespace})
-            matcher: Any = GuidanceBytes(llg.LLMatcher(self._ll_tokenizer(info), grammar), vocab)
+                constraint.text, defaults={"whitespace_flexible": not self.disable_any_whitespace})
+            matcher: ByteMatcher = GuidanceBytes(llg.LLMatcher(self._ll_tokenizer(info), grammar), vocab)
         else:
             compiled = compile_constraint(self.compiler, constraint, disable_any_whitespace=self.disable_any_whitespace)
             matcher = XGrammarBytes(xgr.GrammarMatcher(compiled))
         data = shortest_completion(matcher, constraint.closers, look_ahead=True)
         return None if data is None else vocab.count(data)
 
-    def _vocab(self, info: Any) -> Any:
+    def _vocab(self, info: xgr.TokenizerInfo) -> Vocab:
         from server.engine.budget_plan import Vocab
 
         with self._lock:
@@ -246,7 +253,7 @@ class GrammarCache:
                 self._vocab_table = Vocab([bytes(t) for t in info.decoded_vocab], special=info.special_token_ids)
             return self._vocab_table
 
-    def _ll_tokenizer(self, info: Any) -> Any:
+    def _ll_tokenizer(self, info: xgr.TokenizerInfo) -> llg.LLTokenizer:
         """An llguidance tokenizer over the same byte strings (built once)."""
         import llguidance as llg
 
@@ -257,7 +264,7 @@ class GrammarCache:
                 self.bos_token_id = None
                 self.special_token_ids: list[int] = []
 
-            def __call__(self, text: Any) -> list[int]:
+            def __call__(self, text: str | bytes) -> list[int]:
                 raise NotImplementedError("the closing walk never tokenizes text")
 
         with self._lock:

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
 from server.errors import APIError
+from server.json_types import JsonValue
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
 from server.structured.from_request import capabilities, request_constraint, schema_request
@@ -28,15 +28,22 @@ log = logging.getLogger("gramserve.precompile")
 _REQUEST_KEYS = ("tools", "tool_choice", "parallel_tool_calls", "response_format")
 
 
-def item_request(item: dict[str, Any]) -> ChatCompletionRequest:
-    """The chat request a precompile item stands for."""
-    if "tools" in item or "response_format" in item:
-        body = {"messages": [{"role": "user", "content": "-"}], **{k: item[k] for k in _REQUEST_KEYS if k in item}}
-        return ChatCompletionRequest.model_validate(body)
+def item_request(item: JsonValue) -> ChatCompletionRequest:
+    """The chat request a precompile item stands for. An item that is not an object is a schema,
+    or the TypeError that reading it as an object raises (:func:`precompile_items` reports it)."""
+    if isinstance(item, dict):
+        if "tools" in item or "response_format" in item:
+            body = {"messages": [{"role": "user", "content": "-"}], **{k: item[k] for k in _REQUEST_KEYS if k in item}}
+            return ChatCompletionRequest.model_validate(body)
+    elif not isinstance(item, (list, str)):  # a number, true / false or null: not searchable for keys
+        raise TypeError(f"argument of type '{type(item).__name__}' is not iterable")
+    elif "tools" in item or "response_format" in item:  # a list / text holding the word: not indexable by it
+        raise TypeError("list indices must be integers or slices, not str" if isinstance(item, list)
+                        else "string indices must be integers, not 'str'")
     return schema_request(item)
 
 
-def precompile_items(state: ServerState, items: list[dict[str, Any]]) -> list[str]:
+def precompile_items(state: ServerState, items: list[JsonValue]) -> list[str]:
     """Compile every item; returns the errors (one per failing item, with its index)."""
     errors = []
     caps = capabilities(state)

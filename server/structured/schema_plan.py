@@ -26,16 +26,37 @@ import copy
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict
 
+from server.json_types import JsonMapping, JsonObject, JsonValue
 from server.lru import BoundedLRU
 from server.structured.errors import GRAMMAR_ERRORS
 from server.structured.schema_support import KeywordUse, analyze_schema, normalize_schema
 
-__all__ = ["BACKENDS", "Backend", "Problem", "SchemaDecision", "decide_schema", "xgrammar_form"]
+__all__ = ["BACKENDS", "Backend", "DecisionReport", "Problem", "ProblemReport", "SchemaDecision", "decide_schema",
+           "xgrammar_form"]
 
 Backend = Literal["llguidance", "xgrammar"]
 BACKENDS: tuple[Backend, ...] = ("xgrammar", "llguidance")  # tried in this order
+
+
+class ProblemReport(TypedDict):
+    """A :class:`Problem` as the schema check reports it."""
+
+    backend: Backend
+    keyword: str
+    pointer: str
+    note: str
+
+
+class DecisionReport(TypedDict):
+    """A :class:`SchemaDecision` as the schema check reports it (no ``stricter`` without a decision)."""
+
+    backend: Backend | None
+    exact: bool
+    tried: list[Backend]
+    problems: list[ProblemReport]
+    stricter: NotRequired[list[ProblemReport]]
 
 
 @dataclass(frozen=True)
@@ -50,7 +71,7 @@ class Problem:
     def message(self) -> str:
         return f"{self.keyword} at {self.pointer or '/'} ({self.backend}: {self.note})"
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> ProblemReport:
         return {"backend": self.backend, "keyword": self.keyword, "pointer": self.pointer or "/", "note": self.note}
 
 
@@ -60,8 +81,8 @@ class SchemaDecision:
     neither is); ``llguidance_schema`` / ``xgrammar_schema`` are what each compiler is given."""
 
     backend: Backend | None
-    llguidance_schema: dict[str, Any]
-    xgrammar_schema: dict[str, Any]
+    llguidance_schema: JsonObject
+    xgrammar_schema: JsonObject
     llguidance_problems: tuple[Problem, ...] = ()
     xgrammar_problems: tuple[Problem, ...] = ()
     keywords: tuple[KeywordUse, ...] = field(default=(), compare=False)  # XGrammar's per-keyword report
@@ -105,7 +126,7 @@ class SchemaDecision:
         """Where the chosen grammar is stricter than the schema (XGrammar chosen when llguidance is not exact)."""
         return self.xgrammar_stricter if self.backend == "xgrammar" else ()
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> DecisionReport:
         """The JSON form the schema check returns."""
         return {"backend": self.backend, "exact": self.exact, "tried": list(self.tried),
                 "problems": [p.as_dict() for p in self.problems], "stricter": [p.as_dict() for p in self.stricter]}
@@ -114,7 +135,7 @@ class SchemaDecision:
 _MEMO: BoundedLRU[str, SchemaDecision] = BoundedLRU(max_entries=1024, max_chars=32 << 20)
 
 
-def decide_schema(schema: dict[str, Any], *, guidance: bool = True) -> SchemaDecision:
+def decide_schema(schema: JsonObject, *, guidance: bool = True) -> SchemaDecision:
     """The decision for ``schema`` (a dict, already meta-validated). ``guidance`` False: the
     engine has no llguidance (only XGrammar is tried). Remembered per process (bounded)."""
     key = ("g" if guidance else "x") + json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
@@ -125,7 +146,7 @@ def decide_schema(schema: dict[str, Any], *, guidance: bool = True) -> SchemaDec
     return found
 
 
-def _decide(schema: dict[str, Any], *, guidance: bool) -> SchemaDecision:
+def _decide(schema: JsonObject, *, guidance: bool) -> SchemaDecision:
     normal = normalize_schema(schema)
     x_schema = xgrammar_form(copy.deepcopy(normal))
     report = analyze_schema(x_schema, strict_mode=True)
@@ -151,7 +172,7 @@ def _decide(schema: dict[str, Any], *, guidance: bool) -> SchemaDecision:
 _ANY = "XGrammar's any-value grammar cannot write every JSON value (arrays of several values, for one)"
 
 
-def _xgrammar_incomplete(schema: dict[str, Any]) -> list[Problem]:
+def _xgrammar_incomplete(schema: JsonObject) -> list[Problem]:
     """Where XGrammar's grammar is stricter than ``schema`` (its form from :func:`xgrammar_form`):
     valid documents it cannot write. Measured on MaskBench's dev half: a value that may be any
     JSON (``{}``, ``true``, an object open to other properties, an array with untyped items), and
@@ -163,8 +184,8 @@ def _xgrammar_incomplete(schema: dict[str, Any]) -> list[Problem]:
             if node is not False:
                 out.append(Problem("xgrammar", "true" if node is True else "{}", pointer, _ANY))
             continue
-        if node.get("additionalProperties") is True or isinstance(node.get("additionalProperties"), dict) and \
-                not (node["additionalProperties"].keys() - _NO_CONSTRAINT):
+        extra = node.get("additionalProperties")
+        if extra is True or isinstance(extra, dict) and not (extra.keys() - _NO_CONSTRAINT):
             out.append(Problem("xgrammar", "additionalProperties", pointer, "other properties may hold any value: " + _ANY))
         if node.get("items") is True:
             out.append(Problem("xgrammar", "items", pointer, "items may be any value: " + _ANY))
@@ -178,13 +199,13 @@ _NO_CONSTRAINT = frozenset({"$id", "$schema", "$comment", "$anchor", "title", "d
                             "deprecated", "readOnly", "writeOnly", "format"})
 
 
-def _pointed(schema: Any) -> list[tuple[str, Any]]:
+def _pointed(schema: JsonValue) -> list[tuple[str, bool | JsonObject]]:
     """Every subschema with its JSON pointer (``$defs`` included), iteratively."""
     from server.structured.schema_refs import escape_token
     from server.structured.schema_support import child_schemas
 
-    out: list[tuple[str, Any]] = []
-    stack: list[tuple[str, Any]] = [("", schema)]
+    out: list[tuple[str, bool | JsonObject]] = []
+    stack: list[tuple[str, JsonValue]] = [("", schema)]
     while stack:
         where, node = stack.pop()
         if isinstance(node, bool):
@@ -194,12 +215,13 @@ def _pointed(schema: Any) -> list[tuple[str, Any]]:
         out.append((where, node))
         stack.extend(child_schemas(node, where))
         for k in ("$defs", "definitions"):
-            if isinstance(node.get(k), dict):
-                stack.extend((f"{where}/{k}/{escape_token(n)}", sub) for n, sub in node[k].items())
+            defs = node.get(k)
+            if isinstance(defs, dict):
+                stack.extend((f"{where}/{k}/{escape_token(n)}", sub) for n, sub in defs.items())
     return out
 
 
-def xgrammar_form(schema: dict[str, Any]) -> dict[str, Any]:
+def xgrammar_form(schema: JsonObject) -> JsonObject:
     """``schema`` with the defaults XGrammar's ``strict_mode`` would change spelled out: an object
     schema without ``additionalProperties`` (nor ``unevaluatedProperties`` / ``patternProperties``)
     allows any other property, and ``prefixItems`` without ``items`` any further item.
@@ -215,7 +237,7 @@ def xgrammar_form(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _is_object_schema(node: dict[str, Any]) -> bool:
+def _is_object_schema(node: JsonMapping) -> bool:
     t = node.get("type")
     return t == "object" or (isinstance(t, list) and "object" in t) or ("properties" in node and t is None)
 
@@ -228,7 +250,7 @@ _NAMED = re.compile(r"\b(oneOf|allOf|anyOf|pattern|format|minLength|maxLength|mu
                     r"\$ref|required|properties|additionalProperties|patternProperties|items|prefixItems)\b")
 
 
-def _llguidance_problems(schema: dict[str, Any], uses: list[KeywordUse]) -> list[Problem]:
+def _llguidance_problems(schema: JsonObject, uses: list[KeywordUse]) -> list[Problem]:
     """Why llguidance is not exact on ``schema`` (empty: it is): its error, or any warning."""
     try:
         import llguidance as llg
@@ -248,7 +270,7 @@ def _llguidance_problems(schema: dict[str, Any], uses: list[KeywordUse]) -> list
     return out
 
 
-def _llguidance_pattern_problems(schema: dict[str, Any]) -> list[Problem]:
+def _llguidance_pattern_problems(schema: JsonObject) -> list[Problem]:
     """Patterns llguidance 1.7 enforces loosely: it lets a JSON escape (``\\\\``, ``\\"``) through a
     character class that excludes the backslash or the quote (``^[^\\\\]+$`` accepts ``a\\\\b``;
     measured, MaskBench's libman.json). Any pattern naming either character is left to XGrammar."""
@@ -257,8 +279,10 @@ def _llguidance_pattern_problems(schema: dict[str, Any]) -> list[Problem]:
         if not isinstance(node, dict):
             continue
         patterns = [("pattern", node.get("pattern"))]
-        patterns += [("patternProperties", k) for k in (node.get("patternProperties") or {})
-                     if isinstance(node.get("patternProperties"), dict)]
+        named = node.get("patternProperties") or {}
+        if not isinstance(named, (dict, list, str)):  # a place the meta-schema did not check (an unused
+            raise TypeError(f"'{type(named).__name__}' object is not iterable")  # draft-4 definition): as ever
+        patterns += [("patternProperties", k) for k in named if isinstance(named, dict)]
         for keyword, pattern in patterns:
             if isinstance(pattern, str) and ("\\\\" in pattern or '"' in pattern):
                 out.append(Problem("llguidance", keyword, pointer,
@@ -280,7 +304,7 @@ def _locate(text: str, uses: list[KeywordUse]) -> list[Problem]:
     return [Problem("llguidance", keywords[0] if keywords else "schema", "", note)]
 
 
-def _xgrammar_conversion_problem(schema: dict[str, Any]) -> str | None:
+def _xgrammar_conversion_problem(schema: JsonObject) -> str | None:
     """XGrammar's own refusal to convert ``schema`` (e.g. a construct it cannot compile)."""
     import xgrammar as xgr
 

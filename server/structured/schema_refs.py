@@ -10,11 +10,12 @@ for it accepts nothing, so the request is refused instead of answering an empty 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 from urllib.parse import unquote
 
 from jsonschema import Draft202012Validator
 from referencing import Registry
+
+from server.json_types import JsonMapping, JsonObject, JsonValue
 
 __all__ = ["RefProblem", "check_refs", "escape_token", "local_validator", "resolve_ref"]
 
@@ -36,7 +37,7 @@ def escape_token(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def _walk(node: Any, pointer: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+def _walk(node: JsonValue, pointer: str = "") -> Iterator[tuple[str, JsonObject]]:
     """Every subschema (dict) with its JSON pointer."""
     if not isinstance(node, dict):
         return
@@ -59,7 +60,7 @@ def _walk(node: Any, pointer: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
             yield from _walk(child, f"{pointer}/items/{i}")
 
 
-def resolve_ref(root: Any, ref: str) -> tuple[str, Any] | None:
+def resolve_ref(root: JsonValue, ref: str) -> tuple[str, JsonValue] | None:
     """The one JSON-pointer resolver: a local ``$ref`` (``#`` or ``#/a/b``) as (its canonical
     RFC 6901 pointer, the node it points at), or None when it is not a local pointer or points
     at nothing. A URI fragment is percent-decoded first (RFC 3986), then each token unescaped
@@ -80,11 +81,11 @@ def resolve_ref(root: Any, ref: str) -> tuple[str, Any] | None:
     return "/" + "/".join(escape_token(t) for t in tokens), node
 
 
-def check_refs(schema: Any) -> None:
+def check_refs(schema: JsonValue) -> None:
     """Raise :class:`RefProblem` for a reference outside the document or a loop that consumes nothing."""
     nodes = list(_walk(schema))
-    ids = {n["$id"].rstrip("#") for _, n in nodes if isinstance(n.get("$id"), str)}
-    anchors = {n["$anchor"] for _, n in nodes if isinstance(n.get("$anchor"), str)}
+    ids = {i.rstrip("#") for _, n in nodes if isinstance(i := n.get("$id"), str)}
+    anchors = {a for _, n in nodes if isinstance(a := n.get("$anchor"), str)}
     for pointer, node in nodes:
         for key in ("$ref", "$dynamicRef"):
             ref = node.get(key)
@@ -103,11 +104,11 @@ def check_refs(schema: Any) -> None:
     _check_cycles(schema, nodes)
 
 
-def _check_cycles(root: Any, nodes: list[tuple[str, dict[str, Any]]]) -> None:
+def _check_cycles(root: JsonValue, nodes: list[tuple[str, JsonObject]]) -> None:
     by_id = {id(n): p for p, n in nodes}
 
-    def successors(node: dict[str, Any]) -> list[dict[str, Any]]:
-        out = []
+    def successors(node: JsonObject) -> list[JsonObject]:
+        out: list[JsonObject] = []
         ref = node.get("$ref")
         if isinstance(ref, str) and (ref == "#" or ref.startswith("#/")):
             found = resolve_ref(root, ref)
@@ -142,6 +143,6 @@ def _check_cycles(root: Any, nodes: list[tuple[str, dict[str, Any]]]) -> None:
                 stack.append((nxt, iter(successors(nxt))))
 
 
-def local_validator(schema: Any) -> Draft202012Validator:
+def local_validator(schema: JsonMapping | bool) -> Draft202012Validator:
     """A validator that can never retrieve anything: its registry is empty."""
     return Draft202012Validator(schema, registry=Registry(), format_checker=Draft202012Validator.FORMAT_CHECKER)

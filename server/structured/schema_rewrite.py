@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any
+
+from server.json_types import JsonArray, JsonObject, JsonValue
 
 __all__ = ["rewrite_schema", "ASSERTED_FORMATS"]
 
@@ -36,12 +37,12 @@ _TYPES = ("null", "boolean", "object", "array", "number", "string")  # integer i
 _NOT_SUBSCHEMA_KEYS = frozenset({"enum", "const", "default", "examples"})  # values, not schemas
 
 
-def rewrite_schema(schema: Any) -> Any:
+def rewrite_schema(schema: JsonValue) -> JsonValue:
     """A rewritten copy of ``schema`` (see the module docstring); anything else is kept as is."""
     return _rewrite(copy.deepcopy(schema), depth=0)
 
 
-def _rewrite(node: Any, *, depth: int) -> Any:
+def _rewrite(node: JsonValue, *, depth: int) -> JsonValue:
     if depth > 200 or not isinstance(node, dict):  # nesting is capped before this runs
         return node
     for key, value in list(node.items()):
@@ -64,13 +65,13 @@ def _rewrite(node: Any, *, depth: int) -> Any:
     return node
 
 
-def _drop_annotation_formats(node: dict[str, Any]) -> None:
+def _drop_annotation_formats(node: JsonObject) -> None:
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt not in ASSERTED_FORMATS:
         node.pop("format")
 
 
-def _draft4_bounds(node: dict[str, Any]) -> None:
+def _draft4_bounds(node: JsonObject) -> None:
     """Draft 4: ``exclusiveMinimum: true`` makes ``minimum`` exclusive (later drafts: a number)."""
     for flag, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
         value = node.get(flag)
@@ -80,7 +81,7 @@ def _draft4_bounds(node: dict[str, Any]) -> None:
                 node[flag] = node.pop(bound)
 
 
-def _array_items(node: dict[str, Any]) -> None:
+def _array_items(node: JsonObject) -> None:
     """Draft 2019 and older: ``items: [..]`` is ``prefixItems``, ``additionalItems`` the rest."""
     items = node.get("items")
     if isinstance(items, list) and "prefixItems" not in node:
@@ -91,36 +92,37 @@ def _array_items(node: dict[str, Any]) -> None:
         node.pop("additionalItems")  # no effect beside a single items schema, or without items
 
 
-def _absent(name: str) -> dict[str, Any]:
+def _absent(name: str) -> JsonObject:
     return {"properties": {name: False}}
 
 
-def _dependencies(node: dict[str, Any]) -> None:
+def _dependencies(node: JsonObject) -> None:
     """``dependentRequired`` / ``dependentSchemas`` (and draft 7's ``dependencies``) as anyOf."""
-    branches: list[Any] = []
-    keys = [k for k in ("dependencies", "dependentRequired", "dependentSchemas") if isinstance(node.get(k), dict)]
-    for key in keys:
-        for name, then in node[key].items():
+    branches: JsonArray = []
+    found = {k: deps for k in ("dependencies", "dependentRequired", "dependentSchemas")
+             if isinstance(deps := node.get(k), dict)}
+    for table in found.values():
+        for name, then in table.items():
             if isinstance(then, list) and all(isinstance(n, str) for n in then):
                 if then:
                     branches.append({"anyOf": [_absent(name), {"required": [name, *then]}]})
             elif then is False:
                 branches.append(_absent(name))
             elif isinstance(then, dict):
-                required = [name, *[r for r in then.get("required", []) if r != name]] \
-                    if isinstance(then.get("required", []), list) else None
+                listed = then.get("required", [])
+                required = [name, *[r for r in listed if r != name]] if isinstance(listed, list) else None
                 if required is None:
                     return  # a malformed ``required``: leave the node to the backends' verdicts
                 branches.append({"anyOf": [_absent(name), {**then, "required": required}]})
             elif then is not True:
                 return  # not a dependency the spec knows: leave the node alone
-    for key in keys:
+    for key in found:
         node.pop(key)
     if branches:
-        node["allOf"] = [*node.get("allOf", []), *branches]
+        node["allOf"] = [*_spread(node.get("allOf", [])), *branches]
 
 
-def _complement(sub: Any) -> Any | None:
+def _complement(sub: JsonValue) -> JsonValue | None:
     """A schema for ``not: sub``, or None when it has no simple exact form."""
     if sub is True or sub == {}:
         return False
@@ -136,14 +138,14 @@ def _complement(sub: Any) -> Any | None:
         if len(names) != len(sub["required"]):
             return None
         # ``required`` holds for every non-object, so only an object can fail it
-        absent = _absent(names[0]) if len(names) == 1 else {"anyOf": [_absent(n) for n in names]}
+        absent: JsonObject = _absent(names[0]) if len(names) == 1 else {"anyOf": [_absent(n) for n in names]}
         return {"type": "object", **absent}
     if keys == {"type"}:
         t = sub["type"]
         types = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
         if types is None or ("integer" in types and "number" not in types):
             return None  # "not integer" leaves fractional numbers: no type says that
-        rest = [x for x in _TYPES if x not in types and not (x == "number" and "number" in types)]
+        rest: JsonArray = [x for x in _TYPES if x not in types and not (x == "number" and "number" in types)]
         return {"type": rest} if rest else False
     if keys == {"anyOf"} and isinstance(sub["anyOf"], list):
         parts = [_complement(b) for b in sub["anyOf"]]
@@ -156,7 +158,7 @@ def _complement(sub: Any) -> Any | None:
     return None
 
 
-def _eliminate_not(node: dict[str, Any]) -> Any:
+def _eliminate_not(node: JsonObject) -> JsonValue:
     if "not" not in node:
         return node
     replacement = _complement(node["not"])
@@ -170,21 +172,38 @@ def _eliminate_not(node: dict[str, Any]) -> Any:
     if not (set(node) - {"title", "description", "$comment", "$schema", "$id"}):
         return {**{k: v for k, v in node.items() if k in ("$schema", "$id")}, **replacement} \
             if isinstance(replacement, dict) else replacement
-    node["allOf"] = [*node.get("allOf", []), replacement]
+    node["allOf"] = [*_spread(node.get("allOf", [])), replacement]
     return node
 
 
-def _branch_facts(branch: Any) -> tuple[set[str] | None, dict[str, set[str]]]:
+def _spread(value: JsonValue) -> list[JsonValue] | JsonObject | str:
+    """``value`` for ``[*value]``: a list (always, where the meta-schema checked it; under an unknown
+    keyword anything: a number fails as it did when spread unchecked)."""
+    if isinstance(value, (list, dict, str)):
+        return value
+    raise TypeError(f"Value after * must be an iterable, not {type(value).__name__}")
+
+
+#: A oneOf branch's declared types (None: any) and, per required property, its allowed values (as JSON).
+_Facts = tuple[set[JsonValue] | None, dict[str, set[str]]]
+
+
+def _branch_facts(branch: JsonValue) -> _Facts:
     """A branch's declared types (None: any) and, per required property, its allowed values."""
     if not isinstance(branch, dict):
         return None, {}
     t = branch.get("type")
-    types = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+    types: set[JsonValue] | None = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
     if types and "number" in types:
         types |= {"integer"}
     values: dict[str, set[str]] = {}
-    props: dict[str, Any] = branch["properties"] if isinstance(branch.get("properties"), dict) else {}
-    for name in branch.get("required", []) if isinstance(branch.get("required"), list) else []:
+    declared = branch.get("properties")
+    props: JsonObject = declared if isinstance(declared, dict) else {}
+    required = branch.get("required")
+    for name in required if isinstance(required, list) else []:
+        if not isinstance(name, str):  # never a property; a list or object name fails as its lookup did
+            hash(name)  # (unhashable: only under an unknown keyword, which the meta-schema does not check)
+            continue
         sub = props.get(name)
         if isinstance(sub, dict):
             listed = [sub["const"]] if "const" in sub else sub.get("enum")
@@ -193,7 +212,7 @@ def _branch_facts(branch: Any) -> tuple[set[str] | None, dict[str, set[str]]]:
     return types, values
 
 
-def _disjoint(a: tuple[set[str] | None, dict[str, set[str]]], b: tuple[set[str] | None, dict[str, set[str]]]) -> bool:
+def _disjoint(a: _Facts, b: _Facts) -> bool:
     (ta, va), (tb, vb) = a, b
     if ta is not None and tb is not None and not (ta & tb):
         return True
@@ -202,7 +221,7 @@ def _disjoint(a: tuple[set[str] | None, dict[str, set[str]]], b: tuple[set[str] 
     return objects and any(name in vb and not (va[name] & vb[name]) for name in va)
 
 
-def _disjoint_one_of(node: dict[str, Any]) -> None:
+def _disjoint_one_of(node: JsonObject) -> None:
     branches = node.get("oneOf")
     if not isinstance(branches, list) or len(branches) < 2 or "anyOf" in node:
         return

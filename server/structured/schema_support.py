@@ -25,8 +25,9 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeGuard
 
+from server.json_types import JsonMapping, JsonObject, JsonValue
 from server.structured.schema_refs import escape_token, local_validator, resolve_ref
 from server.structured.schema_rewrite import rewrite_schema
 
@@ -193,12 +194,13 @@ class SchemaReport:
 _resolve_local = resolve_ref  # one resolver (RFC 6901 + percent-decoding) for every schema walker
 
 
-def _types(schema: dict[str, Any]) -> set[str] | None:
+def _types(schema: JsonMapping) -> set[str] | None:
     t = schema.get("type")
     if isinstance(t, str):
         return {t}
-    if isinstance(t, list) and all(isinstance(x, str) for x in t):
-        return set(t)
+    if isinstance(t, list):
+        names = [x for x in t if isinstance(x, str)]
+        return set(names) if len(names) == len(t) else None
     return None
 
 
@@ -235,18 +237,17 @@ def _pattern_problem(pattern: str) -> str:
     return ""
 
 
-def _enum_values(schema: dict[str, Any]) -> list[Any] | None:
+def _enum_values(schema: JsonMapping) -> list[JsonValue] | None:
     if "const" in schema:
         return [schema["const"]]
-    if isinstance(schema.get("enum"), list):
-        return list(schema["enum"])
-    return None
+    listed = schema.get("enum")
+    return list(listed) if isinstance(listed, list) else None
 
 
-def _enum_covers(values: list[Any], schema: dict[str, Any], keyword: str) -> bool:
+def _enum_covers(values: list[JsonValue], schema: JsonMapping, keyword: str) -> bool:
     """Whether every enum/const value satisfies ``keyword`` (then ignoring it loses nothing)."""
 
-    sub = {keyword: schema[keyword]}
+    sub: JsonObject = {keyword: schema[keyword]}
     if keyword in ("minContains", "maxContains") and "contains" in schema:
         sub["contains"] = schema["contains"]
     if "$ref" in json.dumps(sub):
@@ -262,18 +263,18 @@ def _enum_covers(values: list[Any], schema: dict[str, Any], keyword: str) -> boo
 _QUIET_SIBLINGS = ANNOTATION_KEYWORDS | {"type", "$defs", "definitions", "format"}
 
 
-def _asserting_siblings(schema: dict[str, Any], keyword: str) -> bool:
+def _asserting_siblings(schema: JsonMapping, keyword: str) -> bool:
     """Whether ``schema`` asserts more than ``keyword`` (and its type): XGrammar compiles an
     applicator's branches without the sibling keywords (measured on MaskBench: required beside
     anyOf, required beside a one-branch allOf)."""
     return any(k not in _QUIET_SIBLINGS and k != keyword and k in KEYWORD_LEVELS for k in schema)
 
 
-def _type_sets_disjoint(branches: list[Any], root: Any) -> bool:
+def _type_sets_disjoint(branches: list[JsonValue], root: JsonValue) -> bool:
     seen: list[set[str]] = []
     for b in branches:
-        if isinstance(b, dict) and isinstance(b.get("$ref"), str) and len(b) == 1:
-            target = _resolve_local(root, b["$ref"])
+        if isinstance(b, dict) and isinstance(ref := b.get("$ref"), str) and len(b) == 1:
+            target = _resolve_local(root, ref)
             b = target[1] if target else None
         types = _types(b) if isinstance(b, dict) else None
         if not types:
@@ -288,12 +289,12 @@ def _type_sets_disjoint(branches: list[Any], root: Any) -> bool:
 
 @dataclass(frozen=True)
 class _Ctx:
-    root: Any
+    root: JsonValue
     strict_mode: bool
     nested_ids: bool
 
 
-def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple[str, str]:
+def _level(keyword: str, value: JsonValue, schema: JsonMapping, ctx: _Ctx) -> tuple[str, str]:
     """Level of ``keyword: value`` inside ``schema`` (siblings matter for many keywords)."""
     if keyword in ANNOTATION_KEYWORDS:
         return ANNOTATION, ""
@@ -354,7 +355,8 @@ def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple
             return REJECTED, "a fractional bound on an integer does not compile (normalize_schema rounds it)"
         return EXACT, ""
     if keyword == "required":
-        props: Any = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props = schema.get("properties")
+        props = props if isinstance(props, dict) else {}
         missing = [n for n in value if n not in props] if isinstance(value, list) else []
         if missing:
             return LOOSE, f"required names missing from properties are not enforced: {missing}"
@@ -380,7 +382,8 @@ def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple
     if keyword == "items" and isinstance(value, list):
         return REJECTED, "array-form items (draft 2019 and older) does not compile; use prefixItems"
     if keyword == "uniqueItems":
-        if value is not True or (isinstance(schema.get("maxItems"), int) and schema["maxItems"] <= 1):
+        most = schema.get("maxItems")
+        if value is not True or (isinstance(most, int) and most <= 1):
             return EXACT, "no effect"
         return level, note
     if keyword == "allOf":
@@ -397,26 +400,26 @@ def _level(keyword: str, value: Any, schema: dict[str, Any], ctx: _Ctx) -> tuple
     return level, note
 
 
-def child_schemas(schema: dict[str, Any], pointer: str) -> Iterator[tuple[str, Any]]:
+def child_schemas(schema: JsonMapping, pointer: str) -> Iterator[tuple[str, JsonValue]]:
     """The direct subschemas of ``schema`` with their JSON pointers (``$defs`` not included)."""
     return _children(schema, pointer)
 
 
-def _children(schema: dict[str, Any], pointer: str) -> Iterator[tuple[str, Any]]:
+def _children(schema: JsonMapping, pointer: str) -> Iterator[tuple[str, JsonValue]]:
     for k in _SUBSCHEMA:
-        if k in schema and isinstance(schema[k], (dict, bool)):
-            yield f"{pointer}/{k}", schema[k]
+        if isinstance(one := schema.get(k), (dict, bool)):
+            yield f"{pointer}/{k}", one
     for k in _SUBSCHEMA_MAP:
-        if isinstance(schema.get(k), dict):
-            for name, sub in schema[k].items():
+        if isinstance(named := schema.get(k), dict):
+            for name, sub in named.items():
                 yield f"{pointer}/{k}/{escape_token(name)}", sub
     for k in (*_SUBSCHEMA_LIST, "items"):
-        if isinstance(schema.get(k), list):
-            for i, sub in enumerate(schema[k]):
+        if isinstance(listed := schema.get(k), list):
+            for i, sub in enumerate(listed):
                 yield f"{pointer}/{k}/{i}", sub
 
 
-def _has_nested_id(schema: Any, top: bool = True) -> bool:
+def _has_nested_id(schema: JsonValue, top: bool = True) -> bool:
     if isinstance(schema, dict):
         if not top and isinstance(schema.get("$id"), str):
             return True
@@ -426,7 +429,7 @@ def _has_nested_id(schema: Any, top: bool = True) -> bool:
     return False
 
 
-def analyze_schema(schema: dict[str, Any], *, strict_mode: bool = False) -> SchemaReport:
+def analyze_schema(schema: JsonObject, *, strict_mode: bool = False) -> SchemaReport:
     """Report every keyword use reachable from the root, local ``$ref`` targets included once.
 
     ``strict_mode`` is xgrammar's compile option of that name (undeclared properties and
@@ -435,7 +438,7 @@ def analyze_schema(schema: dict[str, Any], *, strict_mode: bool = False) -> Sche
     report = SchemaReport()
     ctx = _Ctx(root=schema, strict_mode=strict_mode, nested_ids=_has_nested_id(schema))
     seen: set[str] = set()
-    stack: list[tuple[str, Any]] = [("", schema)]
+    stack: list[tuple[str, JsonValue]] = [("", schema)]
     while stack:
         pointer, node = stack.pop()
         if pointer in seen or not isinstance(node, dict):
@@ -457,7 +460,7 @@ def analyze_schema(schema: dict[str, Any], *, strict_mode: bool = False) -> Sche
 _DROPPABLE = frozenset({"title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly"})
 
 
-def walk_schemas(schema: Any) -> Iterator[dict[str, Any]]:
+def walk_schemas(schema: JsonValue) -> Iterator[JsonObject]:
     """Every schema object in the document, $defs included (each visited once)."""
     stack = [schema]
     while stack:
@@ -467,11 +470,11 @@ def walk_schemas(schema: Any) -> Iterator[dict[str, Any]]:
         yield node
         stack.extend(sub for _, sub in _children(node, ""))
         for k in ("$defs", "definitions"):
-            if isinstance(node.get(k), dict):
-                stack.extend(node[k].values())
+            if isinstance(defs := node.get(k), dict):
+                stack.extend(defs.values())
 
 
-def _round_integer_bounds(node: dict[str, Any]) -> None:
+def _round_integer_bounds(node: JsonObject) -> None:
     types = _types(node) or set()
     if "integer" not in types or "number" in types:
         return
@@ -479,7 +482,7 @@ def _round_integer_bounds(node: dict[str, Any]) -> None:
     lo += [math.floor(v) + 1 for k, v in node.items() if k == "exclusiveMinimum" and _num(v)]
     hi = [math.floor(v) for k, v in node.items() if k == "maximum" and _num(v)]
     hi += [math.ceil(v) - 1 for k, v in node.items() if k == "exclusiveMaximum" and _num(v)]
-    fractional = any(isinstance(node.get(k), float) and not node[k].is_integer()
+    fractional = any(isinstance(bound := node.get(k), float) and not bound.is_integer()
                      for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"))
     if not fractional:
         return
@@ -491,11 +494,11 @@ def _round_integer_bounds(node: dict[str, Any]) -> None:
         node["maximum"] = min(hi)
 
 
-def _num(v: Any) -> bool:
+def _num(v: JsonValue) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _declare_required(node: dict[str, Any]) -> None:
+def _declare_required(node: JsonObject) -> None:
     req = node.get("required")
     props = node.get("properties", {})
     if not isinstance(req, list) or not isinstance(props, dict) or "patternProperties" in node:
@@ -508,7 +511,7 @@ def _declare_required(node: dict[str, Any]) -> None:
         node["properties"] = {**props, **{n: copy.deepcopy(extra) if isinstance(extra, dict) else {} for n in missing}}
 
 
-def _filter_enum(node: dict[str, Any]) -> None:
+def _filter_enum(node: JsonObject) -> None:
 
     values = node.get("enum")
     if not isinstance(values, list):
@@ -525,7 +528,7 @@ def _filter_enum(node: dict[str, Any]) -> None:
         node["enum"] = kept
 
 
-def _unevaluated_to_additional(node: dict[str, Any]) -> None:
+def _unevaluated_to_additional(node: JsonObject) -> None:
     if any(k in node for k in _APPLICATORS):
         return
     if "unevaluatedProperties" in node:
@@ -550,16 +553,16 @@ DATE_TIME_REGEX = rf"{DATE_REGEX}T{_TIME}"
 _FORMAT_PATTERNS = {"date": DATE_REGEX, "date-time": DATE_TIME_REGEX}
 
 
-def _exact_dates(node: dict[str, Any]) -> None:
+def _exact_dates(node: JsonObject) -> None:
     """``format: date`` / ``date-time`` on a declared string, without its own pattern: the
     calendar-exact pattern instead (the grammar's format rule does not check the day)."""
     fmt = node.get("format")
-    if fmt in _FORMAT_PATTERNS and node.get("type") == "string" and "pattern" not in node:
+    if fmt in _FORMAT_PATTERNS and isinstance(fmt, str) and node.get("type") == "string" and "pattern" not in node:
         node.pop("format")
         node["pattern"] = "^" + _FORMAT_PATTERNS[fmt] + "$"
 
 
-def normalize_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def normalize_schema(schema: JsonObject) -> JsonObject:
     """A copy with the same valid instances, rewritten so more of it is enforced exactly.
 
     First the exact rewrites of ``schema_rewrite`` (``not``, ``dependencies``, array-form

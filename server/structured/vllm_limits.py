@@ -5,7 +5,7 @@ structural tag instead, which vLLM does not pre-screen; these rules mirror vLLM'
 """
 from __future__ import annotations
 
-from typing import Any
+from server.json_types import JsonObject, JsonValue
 
 __all__ = ["vllm_json_refusal"]
 
@@ -15,18 +15,18 @@ _VLLM_STRING_FORMATS = frozenset({
 })
 
 
-def vllm_json_refusal(schema: Any) -> str | None:
+def vllm_json_refusal(schema: JsonValue) -> str | None:
     """Where and why vLLM 0.32's ``has_xgrammar_unsupported_json_features`` refuses ``schema``
     for ``structured_outputs.json`` (None when it accepts). Mirrors vLLM's rules."""
 
-    def types(obj: dict[str, Any]) -> set[str]:
+    def types(obj: JsonObject) -> set[str]:
         t = obj.get("type")
         return {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)} if isinstance(t, list) else set()
 
-    def bounded_pattern(obj: dict[str, Any]) -> bool:
+    def bounded_pattern(obj: JsonObject) -> bool:
         return ("pattern" in obj or "format" in obj) and ("minLength" in obj or "maxLength" in obj)
 
-    def why(obj: dict[str, Any]) -> str | None:
+    def why(obj: JsonObject) -> str | None:
         ts = types(obj)
         if ts & {"integer", "number"} and "multipleOf" in obj:
             return "multipleOf"
@@ -42,15 +42,16 @@ def vllm_json_refusal(schema: Any) -> str | None:
                 return "propertyNames combined with other object keywords"
             if obj.get("unevaluatedProperties", True) is not True:
                 return "propertyNames with unevaluatedProperties"
-        if "object" in ts and isinstance(obj.get("patternProperties"), dict):
-            if "properties" in obj or len(obj["patternProperties"]) > 1:
+        pattern_props = obj.get("patternProperties")
+        if "object" in ts and isinstance(pattern_props, dict):
+            if "properties" in obj or len(pattern_props) > 1:
                 return "patternProperties combined with properties or several patterns"
         allof = obj.get("allOf")
         if isinstance(allof, list) and len(allof) >= 2:
             return "allOf with several branches"
         return None
 
-    def walk(obj: Any, pointer: str) -> str | None:
+    def walk(obj: JsonValue, pointer: str) -> str | None:
         if not isinstance(obj, dict):
             return None
         reason = why(obj)

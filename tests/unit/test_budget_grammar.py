@@ -12,8 +12,7 @@ import random
 import pytest
 from jsonschema import Draft202012Validator
 
-from server.engine.budget_grammar import XGrammarBytes
-from server.engine.budget_plan import closers_of, shortest_completion
+from server.engine.budget_plan import XGrammarBytes, closers_of, shortest_completion
 from server.structured.schema_plan import decide_schema
 from server.structured.tool_grammar import tool_call_format, tool_formats
 from tests.unit.budget_cases import SCHEMAS, TOOLS, bench_schemas
@@ -140,8 +139,7 @@ def test_llguidance_answers_end_valid_at_every_budget(sim, name):
     """The same under llguidance, whose mask may allow fewer tokens than the bytes they spell
     (forced text only as its own tokens): each forced token is picked from the live mask."""
     from bench.budget_close import simulate
-
-    from server.engine.budget_grammar import GuidanceBytes
+    from server.engine.budget_plan import GuidanceBytes
 
     schema, sent = GUIDANCE_CASES[name]
     start = sim.guidance_grammar(sent, max_tokens=None)

@@ -7,8 +7,15 @@ import pytest
 import xgrammar as xgr
 from jsonschema import Draft202012Validator
 
-from server.engine.budget_grammar import GuidanceBytes, XGrammarBytes
-from server.engine.budget_plan import BudgetHeader, Vocab, closers_of, shortest_completion, split_budget_spec
+from server.engine.budget_plan import (
+    BudgetHeader,
+    GuidanceBytes,
+    Vocab,
+    XGrammarBytes,
+    closers_of,
+    shortest_completion,
+    split_budget_spec,
+)
 from tests.unit.budget_cases import SCHEMAS, bench_schemas
 
 ALL = {**SCHEMAS, **bench_schemas()}

@@ -436,7 +436,7 @@ def test_same_tools_again_reuse_the_checked_constraint(make_app, monkeypatch):
     assert _chat(c, tools=tools, tool_choice="required", max_tokens=200).status_code == 200
     assert _chat(c, tools=reordered, tool_choice="required", max_tokens=200).status_code == 200
     a, r = b.engine.requests[-2].constraint, b.engine.requests[-1].constraint
-    assert a is not r and a.cache_key() != r.cache_key() and len(checks) == 3
+    assert a is not r and a.key != r.key and len(checks) == 3
     deep: dict[str, Any] = {"type": "string"}
     for _ in range(b.state.settings.max_schema_depth + 2):
         deep = {"type": "object", "properties": {"x": deep}}

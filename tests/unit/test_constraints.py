@@ -59,7 +59,7 @@ def accepts(cache: GrammarCache, tokenizer: Any):
     eos = tokenizer.eos_token_id
 
     def check(constraint: Constraint, text: str) -> bool:
-        key = constraint.cache_key()
+        key = constraint.key
         if key not in compiled:
             compiled[key] = compile_constraint(cache.compiler, constraint)
         m = xgr.GrammarMatcher(compiled[key])
@@ -348,8 +348,8 @@ def test_cache_hits_lru_and_errors(tokenizer: Any) -> None:
         bad = cache.compile(Constraint("grammar", "root ::= missing"))
         assert not bad.ok and 'Rule "missing" is not defined' in (bad.error or "")
         # property order is part of the grammar: not the same cache entry
-        k1 = Constraint("json", {"properties": {"a": {}, "b": {}}}).cache_key()
-        k2 = Constraint("json", {"properties": {"b": {}, "a": {}}}).cache_key()
+        k1 = Constraint("json", {"properties": {"a": {}, "b": {}}}).key
+        k2 = Constraint("json", {"properties": {"b": {}, "a": {}}}).key
         assert k1 != k2
     finally:
         cache.close()

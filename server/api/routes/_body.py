@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from fastapi import Request
+from fastapi import FastAPI, Request
 from pydantic import BaseModel, ValidationError
 
 from server.errors import bad_request, validation_error
+from server.json_types import JsonObject, JsonValue
 
-__all__ = ["completion_docs", "json_body_docs", "openapi_with_body_schemas", "parse_body", "read_json"]
+__all__ = ["BodySchemasApp", "completion_docs", "json_body_docs", "parse_body", "read_json"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -19,13 +20,13 @@ M = TypeVar("M", bound=BaseModel)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-async def read_json(request: Request) -> Any:
+async def read_json(request: Request) -> JsonValue:
     """The body as JSON; 400 for empty, malformed, too deeply nested or non-text bodies."""
     raw = await request.body()
     if not raw.strip():
         raise bad_request("The request body is empty; send a JSON object.", code="invalid_json")
     try:
-        data: Any = json.loads(raw)
+        data: JsonValue = json.loads(raw)
     except RecursionError:
         raise bad_request("The JSON body is nested too deeply; flatten it.", code="invalid_json") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -55,10 +56,10 @@ async def parse_body(request: Request, model: type[M]) -> M:
 # --------------------------------------------------------------------------- OpenAPI
 
 # These routes read the raw Request, so FastAPI cannot see their bodies; json_body_docs()
-# describes them in /openapi.json instead and openapi_with_body_schemas() publishes the
+# describes them in /openapi.json instead and BodySchemasApp.openapi() publishes the
 # pydantic $defs they refer to under components/schemas.
 _REF = "#/components/schemas/{model}"
-_COMPONENTS: dict[str, Any] = {
+_COMPONENTS: JsonObject = {
     "ErrorResponse": {
         "type": "object", "required": ["error"], "title": "ErrorResponse",
         "properties": {"error": {
@@ -68,7 +69,7 @@ _COMPONENTS: dict[str, Any] = {
     },
 }
 # Each event's data is a JSON chunk (or error envelope), then the literal [DONE].
-_SSE_EVENT = {"type": "object", "required": ["data"],
+_SSE_EVENT: JsonObject = {"type": "object", "required": ["data"],
               "properties": {"event": {"const": "message"}, "data": {"type": "string", "minLength": 1}}}
 _ERRORS = {
     "400": "Invalid request (malformed JSON, a bad or missing parameter, a schema that cannot be enforced).",
@@ -82,11 +83,12 @@ _ERRORS = {
 }
 
 
-def json_body_docs(body: type[BaseModel] | dict[str, Any], ok: dict[str, Any], examples: dict[str, Any], *,
-                   stream: bool = False) -> dict[str, Any]:
+def json_body_docs(body: type[BaseModel] | JsonObject, ok: JsonObject, examples: JsonObject, *,
+                   stream: bool = False) -> JsonObject:
     """``openapi_extra`` for a route that reads its JSON body itself: the required request body
     (``body``: a pydantic model or a JSON Schema; ``examples``: name -> request), the 200 answer
     (``ok``; plus text/event-stream when ``stream``) and the error envelope for every error status."""
+    schema: JsonObject
     if isinstance(body, dict):
         schema = body
     else:
@@ -94,21 +96,21 @@ def json_body_docs(body: type[BaseModel] | dict[str, Any], ok: dict[str, Any], e
         _COMPONENTS.update(definition.pop("$defs", {}))
         _COMPONENTS[body.__name__] = definition
         schema = {"$ref": _REF.format(model=body.__name__)}
-    content = {"application/json": {"schema": ok}}
+    content: JsonObject = {"application/json": {"schema": ok}}
     if stream:
         content["text/event-stream"] = {"schema": _SSE_EVENT}  # one event (OpenAPI 3.1: schema = each item)
-    error = {"application/json": {"schema": {"$ref": _REF.format(model="ErrorResponse")}}}
-    responses = {"200": {"description": "Successful Response", "content": content}}
+    error: JsonObject = {"application/json": {"schema": {"$ref": _REF.format(model="ErrorResponse")}}}
+    responses: JsonObject = {"200": {"description": "Successful Response", "content": content}}
     responses.update({status: {"description": text, "content": error} for status, text in _ERRORS.items()})
-    request = {"schema": schema, "examples": {name: {"value": value} for name, value in examples.items()}}
+    request: JsonObject = {"schema": schema, "examples": {name: {"value": value} for name, value in examples.items()}}
     return {"requestBody": {"required": True, "content": {"application/json": request}}, "responses": responses}
 
 
-def completion_docs(body: type[BaseModel], object_name: str, choice: dict[str, Any],
-                    examples: dict[str, Any]) -> dict[str, Any]:
+def completion_docs(body: type[BaseModel], object_name: str, choice: JsonObject,
+                    examples: JsonObject) -> JsonObject:
     """json_body_docs() for a generation route: its 200 JSON is an ``object_name`` with these choices."""
-    count = {"type": "integer", "minimum": 0}
-    ok = {"type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+    count: JsonObject = {"type": "integer", "minimum": 0}
+    ok: JsonObject = {"type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
           "properties": {"id": {"type": "string"}, "object": {"const": object_name}, "created": {"type": "integer"},
                          "model": {"type": "string"},
                          "choices": {"type": "array", "items": {
@@ -120,13 +122,10 @@ def completion_docs(body: type[BaseModel], object_name: str, choice: dict[str, A
     return json_body_docs(body, ok, examples, stream=True)
 
 
-def openapi_with_body_schemas(app: Any) -> None:
-    """Make ``app.openapi()`` include the schemas json_body_docs() refers to."""
-    base = app.openapi
+class BodySchemasApp(FastAPI):
+    """A FastAPI app whose ``openapi()`` includes the schemas json_body_docs() refers to."""
 
-    def openapi() -> dict[str, Any]:
-        doc = base()
+    def openapi(self) -> JsonObject:
+        doc = super().openapi()
         doc.setdefault("components", {}).setdefault("schemas", {}).update(_COMPONENTS)
         return doc
-
-    app.openapi = openapi

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -10,6 +9,7 @@ from fastapi.responses import JSONResponse
 from server.api.routes._body import completion_docs, parse_body
 from server.api.sse_response import SSEResponse
 from server.chat.stream_guard import unless_disconnected
+from server.json_types import JsonArray, JsonObject
 from server.plan import build_plan
 from server.plan.chat_frames import chat_response, chat_stream
 from server.protocol import ChatCompletionRequest
@@ -18,16 +18,16 @@ __all__ = ["router"]
 
 router = APIRouter()
 
-_HI = [{"role": "user", "content": "What is the weather in Paris?"}]
-_WEATHER: dict[str, Any] = {"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+_HI: JsonArray = [{"role": "user", "content": "What is the weather in Paris?"}]
+_CITY: JsonObject = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+_WEATHER: JsonObject = {"type": "function", "function": {"name": "get_weather", "parameters": _CITY}}
 _DOCS = completion_docs(ChatCompletionRequest, "chat.completion", {"message": {
     "type": "object", "required": ["role"], "properties": {"role": {"const": "assistant"}}}}, {
     "text": {"messages": _HI, "max_tokens": 64},
     "stream": {"messages": _HI, "stream": True, "stream_options": {"include_usage": True}},
     "tools": {"messages": _HI, "tools": [_WEATHER], "tool_choice": "auto"},
     "json_schema": {"messages": _HI, "response_format": {"type": "json_schema", "json_schema": {
-        "name": "weather", "strict": True, "schema": _WEATHER["function"]["parameters"]}}},
+        "name": "weather", "strict": True, "schema": _CITY}}},
 })
 
 

@@ -8,15 +8,16 @@ from fastapi.responses import JSONResponse
 
 from server.api.routes._body import json_body_docs, read_json
 from server.errors import bad_request
+from server.json_types import JsonObject
 from server.structured.from_request import capabilities, schema_limits, state_memo
 from server.structured.schema_check import check_schema_report, split_body
 
 __all__ = ["router"]
 
 router = APIRouter()
-_BODY = {"title": "SchemaCheckRequest", "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
+_BODY: JsonObject = {"title": "SchemaCheckRequest", "anyOf": [{"type": "object"}, {"type": "array", "items": {"type": "object"}}],
          "description": "A JSON Schema, {\"schema\": <JSON Schema>}, {\"tools\": [<OpenAI tool>, ...]} or that list."}
-_REPORT = {"type": "object", "required": ["ok", "items"], "properties": {
+_REPORT: JsonObject = {"type": "object", "required": ["ok", "items"], "properties": {
     "ok": {"type": "boolean"},
     "items": {"type": "array", "items": {
         "type": "object", "required": ["name", "compiles", "error", "strict_ok", "problems", "keywords"],
@@ -24,7 +25,7 @@ _REPORT = {"type": "object", "required": ["ok", "items"], "properties": {
                        "error": {"type": ["string", "null"]}, "compile_seconds": {"type": ["number", "null"]},
                        "cached": {"type": "boolean"}, "strict_ok": {"type": "boolean"},
                        "problems": {"type": "array"}, "keywords": {"type": "array"}}}}}}
-_CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+_CITY: JsonObject = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 _DOCS = json_body_docs(_BODY, _REPORT, {
     "schema": {"schema": _CITY},
     "tools": {"tools": [{"type": "function", "function": {"name": "get_weather", "parameters": _CITY}}]},
