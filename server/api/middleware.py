@@ -10,7 +10,6 @@ import json
 import logging
 import re
 import time
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -18,6 +17,7 @@ from server import metrics
 from server.api.routes.playground import PAGE_PATHS
 from server.api.sse_response import BODY_SEND
 from server.errors import APIError, internal_error
+from server.ids import new_id
 from server.state import ServerState
 
 __all__ = ["GatewayMiddleware"]
@@ -34,7 +34,7 @@ _REQUEST_ID = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")
 
 def _request_id(given: bytes) -> str:
     """The client's X-Request-Id when it is a plain token, else a fresh one (never echo odd bytes)."""
-    return given.decode("ascii") if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+    return given.decode("ascii") if _REQUEST_ID.fullmatch(given) else new_id()
 
 
 def _endpoint(path: str) -> str:

@@ -43,13 +43,11 @@ async def guarded_stream(events: AsyncIterator[bytes], *, state: ServerState, re
         clean = True
     except APIError as exc:
         errored = True
-        for event in on_error(exc):
-            yield event
+        yield b"".join(on_error(exc))  # the closing events are ready together: one write
     except Exception as exc:
         errored = True
         log.exception("stream failed")
-        for event in on_error(internal_error(exc)):
-            yield event
+        yield b"".join(on_error(internal_error(exc)))
     finally:
         if not clean:
             if not errored:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,6 +17,7 @@ from server.chat.prompt_tokens import guard_for, markers_are_special, tokenize_c
 from server.chat.reasoning_budget import ReasoningBudget, plan_reasoning_budget
 from server.engine.base import GenerateRequest, Sampling
 from server.errors import APIError, bad_request
+from server.ids import new_id, secret_id
 from server.json_types import JsonObject, JsonValue
 from server.protocol import ChatCompletionRequest, CompletionRequest
 from server.responses.protocol import ResponsesRequest
@@ -53,7 +53,7 @@ class ResponsesPlan:
 
     request: ResponsesRequest
     chat: ChatPlan
-    id: str = field(default_factory=lambda: "resp_" + uuid.uuid4().hex)
+    id: str = field(default_factory=lambda: "resp_" + secret_id())
     created_at: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -165,7 +165,7 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
         state.engine.tokenizer, (parser.start, parser.end, parser.format.trigger))
     sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
                          skip_special_tokens=not keep_markers)
-    rid = "chatcmpl-" + uuid.uuid4().hex
+    rid = "chatcmpl-" + new_id()
     tool_schemas = spec.tools.schemas if spec.tools else {}  # allowed_tools: calls to the others are not returned
     gen = checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,
                                                 constraint=constraint))
@@ -220,7 +220,7 @@ def _completion_plan(state: ServerState, req: CompletionRequest) -> RequestPlan:
                                        param="max_tokens", prompt_param="prompt")
         check_floor(state.grammar_cache, constraint, max_tokens, param="max_tokens")
         sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=req.logprobs)
-        rid = "cmpl-" + uuid.uuid4().hex
+        rid = "cmpl-" + new_id()
         prompts.append(Prompt(text, ids, checked(state.engine, GenerateRequest(
             request_id=rid, prompt_token_ids=ids, sampling=sampling, constraint=constraint))))
     return RequestPlan(api="completions", request=req, id=prompts[0].gen.request_id, created=int(time.time()),

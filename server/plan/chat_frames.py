@@ -179,6 +179,20 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
         opened.add(index)
         return opening(body)
 
+    ended = False
+
+    def ending() -> list[bytes]:
+        """What follows the last finish: choices never opened, the usage, ``[DONE]`` (made once)."""
+        nonlocal ended
+        ended = True
+        out = [frame([{"index": ch.index, "delta": body, "logprobs": None, "finish_reason": None}])
+               for ch in run.choices for body in opened_with(ch.index, None)]
+        usage = run.usage()
+        if include_usage:
+            out.append(sse_event(chunk(id=p.id, created=p.created, model=model, choices=[], usage=usage)))
+        out.append(DONE)
+        return out
+
     try:
         async with contextlib.aclosing(run.updates()) as updates:
             async for u in updates:
@@ -203,7 +217,7 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
                 if u.finish_reason and ch.index not in opened:
                     bodies = opened_with(ch.index, None)
                 lp_at = 1 if len(bodies) > 1 and bodies[0] == {"role": "assistant", "content": ""} else 0
-                events: list[bytes] = []  # one engine chunk's events go out in one write
+                events: list[bytes] = []  # one engine chunk's events go out in one write (docs/performance.md)
                 for k, body in enumerate(bodies):
                     lp = _logprobs_json(u.logprobs) if (req.logprobs and k == lp_at) else None
                     if FAST_PATHS and lp is None and len(body) == 1 and isinstance(text := body.get("content"), str):
@@ -221,14 +235,11 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
                     if u.closed_by_budget:
                         last[CLOSED_BY_BUDGET] = True
                     events.append(frame([last]))
+                    if all(c.finish for c in run.choices):  # the last choice ended: the rest is ready now
+                        events += ending()
                 if events:
                     yield events[0] if len(events) == 1 else b"".join(events)
-        for ch in run.choices:  # every choice is opened, even one the engine said nothing for
-            for body in opened_with(ch.index, None):
-                yield frame([{"index": ch.index, "delta": body, "logprobs": None, "finish_reason": None}])
-        usage = run.usage()
-        if include_usage:
-            yield sse_event(chunk(id=p.id, created=p.created, model=model, choices=[], usage=usage))
-        yield DONE
+        if not ended:  # the engine stopped without finishing every choice
+            yield b"".join(ending())
     finally:
         run.timer.close()

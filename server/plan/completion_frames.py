@@ -78,26 +78,38 @@ async def _completion_events(state: ServerState, plan: RequestPlan) -> AsyncIter
     def frame(choice: JsonObject) -> bytes:
         return sse_event(chunk(id=rid, created=created, model=model, choices=[choice], object="text_completion"))
 
+    ended = False
+
+    def ending() -> bytes:
+        """The usage and ``[DONE]``, made once: with the last finish when it comes (one write)."""
+        nonlocal ended
+        ended = True
+        usage = run.usage()
+        if not include_usage:
+            return DONE
+        return sse_event(chunk(id=rid, created=created, model=model, choices=[], object="text_completion",
+                               usage=usage)) + DONE
+
     try:
         async with contextlib.aclosing(run.updates()) as updates:
             async for u in updates:
-                if not isinstance(u, ChoiceUpdate):  # a prompt starts: its echo first
+                if not isinstance(u, ChoiceUpdate):  # a prompt starts: its echo first (its choices, one write)
                     first = u.index * req.n
                     for j in range(req.n):
                         offsets[first + j] = len(u.prompt.text) if req.echo else 0
-                        if req.echo:
-                            yield frame({"index": first + j, "text": u.prompt.text, "logprobs": None,
-                                         "finish_reason": None})
+                    if req.echo:
+                        yield b"".join(frame({"index": first + j, "text": u.prompt.text, "logprobs": None,
+                                              "finish_reason": None}) for j in range(req.n))
                     continue
                 i = u.choice.index
                 lp = _legacy_logprobs(u.logprobs, offsets[i]) if req.logprobs is not None else None
                 offsets[i] += len(u.text)
-                yield frame({"index": i, "text": u.text, "logprobs": lp, "finish_reason": u.finish_reason,
-                             **({CLOSED_BY_BUDGET: True} if u.closed_by_budget else {})})
-        usage = run.usage()
-        if include_usage:
-            yield sse_event(chunk(id=rid, created=created, model=model, choices=[], object="text_completion",
-                                  usage=usage))
-        yield DONE
+                event = frame({"index": i, "text": u.text, "logprobs": lp, "finish_reason": u.finish_reason,
+                               **({CLOSED_BY_BUDGET: True} if u.closed_by_budget else {})})
+                if u.finish_reason and all(c.finish for c in run.choices):  # the last one: the rest is ready now
+                    event += ending()
+                yield event
+        if not ended:  # the engine stopped without finishing every choice
+            yield ending()
     finally:
         run.timer.close()

@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator
 
 from server.chat.custom_tools import InputStream, custom_input
 from server.chat.stream_guard import guarded_stream
 from server.errors import APIError, internal_error
+from server.ids import new_id
 from server.json_types import JsonArray, JsonObject, JsonValue
 from server.messages.message_stream import FinalMessage, ToolCallDelta
 from server.plan.build import RequestPlan, ResponsesPlan
@@ -41,7 +41,7 @@ def _responses(plan: RequestPlan) -> ResponsesPlan:
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    return f"{prefix}_{new_id()}"
 
 
 def _text_format(req: ResponsesRequest) -> JsonValue:
@@ -284,11 +284,26 @@ def response_stream(state: ServerState, store: ResponseStore, plan: RequestPlan)
 
 async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, ev: _Events) -> AsyncIterator[bytes]:
     pr = _responses(plan)
-    yield ev.emit("response.created", response=_response(state, pr, status="in_progress", output=[]))
-    yield ev.emit("response.in_progress", response=_response(state, pr, status="in_progress", output=[]))
+    # created and in_progress are ready together: one write (docs/performance.md)
+    yield (ev.emit("response.created", response=_response(state, pr, status="in_progress", output=[]))
+           + ev.emit("response.in_progress", response=_response(state, pr, status="in_progress", output=[])))
     run = Run(state, plan, streaming=True)
     finish = "stop"
     closed = False
+    ended = False
+
+    def ending() -> list[bytes]:
+        """The open item closed, the response stored and completed, made once: with the last
+        finish when it comes, in the same write."""
+        nonlocal ended
+        ended = True
+        status = "incomplete" if finish == "length" else "completed"
+        out = ev.close(status=status)
+        body = _response(state, pr, status=status, output=ev.output, usage=_usage(run.usage()),
+                         closed_by_budget=closed)
+        _store(store, pr, body, ev.output)
+        return [*out, ev.emit(f"response.{status}", response=body)]
+
     try:
         async with contextlib.aclosing(run.updates()) as updates:
             async for u in updates:
@@ -307,14 +322,11 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
                     closed = u.closed_by_budget
                     if not ev.output and ev.open is None:  # an empty answer is an empty message
                         out += ev.content("")
+                    if all(c.finish for c in run.choices):  # the last choice ended: the rest is ready now
+                        out += ending()
                 if out:
                     yield b"".join(out)
-        status = "incomplete" if finish == "length" else "completed"
-        for e in ev.close(status=status):
-            yield e
-        usage = _usage(run.usage())
+        if not ended:  # the engine stopped without finishing
+            yield b"".join(ending())
     finally:
         run.timer.close()
-    body = _response(state, pr, status=status, output=ev.output, usage=usage, closed_by_budget=closed)
-    _store(store, pr, body, ev.output)
-    yield ev.emit(f"response.{status}", response=body)
