@@ -2,8 +2,9 @@
 
 Run on the benchmark stand-in (bench/standin.py: the real vLLM engine, grammars and all, on a
 tiny model), so the mode's correctness is checked in seconds: both processes start and serve,
-every answer is valid (streams, JSON schema, tool calls), /metrics is one view over both, and
-SIGTERM drains and ends every process with 0.
+every answer is valid (streams, JSON schema, tool calls), /metrics is one view over both, the
+hostile-input table and clients leaving mid-answer are handled alike by both (nothing lost, nothing
+left running), and SIGTERM drains and ends every process with 0.
 """
 from __future__ import annotations
 
@@ -134,6 +135,66 @@ def test_metrics_are_one_view_over_both_processes(server: ServerProcess) -> None
             text = c.get("/metrics").text
         assert total(text) - before == 24
         assert "vllm:" in text
+
+
+def test_hostile_input_is_answered_alike_by_every_process(server: ServerProcess) -> None:
+    """The hostile-input table (test_hostile_table.py) against two API processes: each case, on
+    whichever process takes its connection, is the same OpenAI error, and both stay up."""
+    from tests.reliability._probe import assert_envelope
+    from tests.reliability.test_hostile_table import CASES
+
+    failed = []
+    for i, case in enumerate(CASES):
+        headers = {"Authorization": f"Bearer {API_KEY}", **case.headers}
+        kwargs: dict = {"headers": headers}
+        if isinstance(case.body, bytes):
+            kwargs["content"] = case.body
+            headers["content-type"] = "application/json"
+        elif case.body is not None:
+            kwargs["json"] = case.body
+        with httpx.Client(base_url=server.base, timeout=120) as c:  # a connection each: both processes take some
+            r = c.request(case.method, case.path, **kwargs)
+        try:
+            assert_envelope(r, case.status, param=case.param)
+        except AssertionError as exc:
+            failed.append(f"{case.name}: {exc}")
+        if i % 25 == 24:
+            _assert_both_answer(server)
+    print(f"\n[hostile x2 processes] {len(CASES)} cases, {len(failed)} failed")
+    assert not failed, failed
+    _assert_both_answer(server)
+
+
+def test_disconnects_leave_nothing_running_in_either_process(server: ServerProcess) -> None:
+    """Clients that leave mid-answer, spread over both processes: every engine request is
+    aborted (nothing runs after, in gramserve or vLLM) and the departures are counted."""
+    from tests.reliability._probe import metric
+    from tests.reliability.test_load import _raw_request, _wait_idle
+
+    n = 40
+    with httpx.Client(base_url=server.base, headers=HEADERS, timeout=120) as c:
+        before = metric(c, "gramserve_client_disconnects_total")
+        bodies = [(json.dumps({"model": MODEL, "stream": i % 2 == 0, "max_tokens": 1900, "ignore_eos": True,
+                               "messages": [{"role": "user", "content": f"Count to {i}."}]}).encode(), i % 2 == 0)
+                  for i in range(n)]
+        with ThreadPoolExecutor(10) as pool:
+            list(pool.map(lambda b: _raw_request(server.port, b[0], read_first=b[1]), bodies))
+        ours, engine = _wait_idle(c)
+        gone = metric(c, "gramserve_client_disconnects_total") - before
+    print(f"\n[{n} disconnects x2 processes] counted {gone:.0f}; running after: gramserve {ours:.0f}, vLLM {engine:.0f}")
+    assert (ours, engine) == (0, 0)
+    assert gone >= n * 3 // 4  # a few may finish before their socket closes
+    _assert_both_answer(server)
+
+
+def _assert_both_answer(server: ServerProcess) -> None:
+    """Both API processes are alive and a normal request is answered."""
+    assert len(_session_pids(server.proc.pid)) == 2, server.tail()
+    with httpx.Client(base_url=server.base, headers=HEADERS, timeout=120) as c:
+        assert c.get("/health").status_code == 200
+        r = c.post("/v1/chat/completions", json={"model": MODEL, "max_tokens": 1,
+                                                  "messages": [{"role": "user", "content": "Hi"}]})
+        assert r.status_code == 200, r.text[:300]
 
 
 def test_sigterm_drains_every_process_and_exits_0(server: ServerProcess) -> None:
