@@ -100,7 +100,7 @@ def _messages(items: Sequence[JsonValue], *, known_calls: set[str]) -> tuple[lis
                 sources.append(where)
         elif kind in ("function_call_output", "custom_tool_call_output"):
             call_id = item.get("call_id")
-            if call_id not in known_calls:
+            if not isinstance(call_id, str) or call_id not in known_calls:
                 raise bad_request(f"'{where}.call_id' is {call_id!r}, which no function_call item before it (or in "
                                   "the previous response) has; send the function_call item first.",
                                   param=f"{where}.call_id", code="invalid_value")

@@ -80,8 +80,9 @@ def split_body(body: JsonValue) -> list[tuple[str, JsonValue]]:
         if not isinstance(body, dict):
             raise ValueError("send a JSON Schema object, {\"schema\": ...}, or a tools list")
         return [("schema", body)]
-    if not isinstance(tools, (list, dict, str)):  # "tools": a number or true
-        raise TypeError(f"'{type(tools).__name__}' object is not iterable")
+    if not isinstance(tools, list):  # "tools": a number, an object, a string
+        raise ValueError(f"'tools' must be a list of tools, not {type(tools).__name__}: "
+                         "[{\"type\": \"function\", \"function\": {\"name\", \"parameters\"}}, ...]")
     out: list[tuple[str, JsonValue]] = []
     for i, t in enumerate(tools):
         fn = (t or {}).get("function") if isinstance(t, dict) else None

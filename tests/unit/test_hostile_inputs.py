@@ -298,3 +298,16 @@ def test_cut_stream_ends_with_error_event_and_done(make_app: Any) -> None:
     assert len(lines) > 3 and lines[-1] == "data: [DONE]"
     err = json.loads(lines[-2][6:])["error"]
     assert err["code"] == "server_shutdown" and err["type"] == "server_error"
+
+
+@pytest.mark.parametrize("tools", [5, True, "x", {"a": 1}, [5], [{"type": "function"}]])
+def test_schema_check_with_tools_of_the_wrong_shape_is_400(make_app: Any, tools: Any) -> None:
+    err = _err(make_app().client().post("/v1/schemas/check", json={"tools": tools}))
+    assert err["code"] == "invalid_value" and "tools" in err["message"]
+
+
+@pytest.mark.parametrize("call_id", [[1, 2], {"a": 1}, 5, None, "never-called"])
+def test_a_call_output_whose_call_id_is_no_earlier_calls_is_400(make_app: Any, call_id: Any) -> None:
+    body = {"input": [{"type": "function_call_output", "call_id": call_id, "output": "x"}]}
+    err = _err(make_app().client().post("/v1/responses", json=body))
+    assert err["param"] == "input[0].call_id" and err["code"] == "invalid_value"
