@@ -96,8 +96,12 @@ def _replay(output: JsonValue, args: argparse.Namespace, *, tools: JsonArray | N
     line = line or {}
     parser = line.get("tool_call_parser", args.tool_call_parser)
     # A line's parser names go to the replay as given: it looks them up (ValueError for an unknown name).
-    tool_call_parser = cast("str | None", None if parser in (None, _NONE) else parser)
-    reasoning_parser = cast("str | None", line.get("reasoning_parser", args.reasoning_parser))
+    reasoning = line.get("reasoning_parser", args.reasoning_parser)
+    for key, name in (("tool_call_parser", parser), ("reasoning_parser", reasoning)):
+        if name is not None and not isinstance(name, str):
+            raise UsageError(f"{key} must be a parser's name (a string), not {type(name).__name__}")
+    tool_call_parser = None if parser in (None, _NONE) else cast(str, parser)
+    reasoning_parser = cast("str | None", reasoning)
     line_tools = line.get("tools", tools)  # checked by the replay (ValueError unless a list of function tools)
     thinking = _thinking(line, default=not args.no_thinking)
     if not _is_output(output):

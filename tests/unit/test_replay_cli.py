@@ -63,6 +63,16 @@ def test_jsonl_one_result_a_line_and_bad_lines_reported(tmp_path: Path) -> None:
     assert rows[4]["line"] == 5 and "model_output" in rows[4]["error"]
 
 
+@pytest.mark.parametrize("line", [{"tool_call_parser": ["hermes"]}, {"tool_call_parser": 5},
+                                  {"reasoning_parser": {"name": "qwen3"}}, {"tools": 5}, {"tools": [5]}])
+def test_a_jsonl_line_with_fields_of_the_wrong_type_is_reported_and_the_rest_goes_on(line: dict[str, Any]) -> None:
+    log = json.dumps({"model_output": CALL, **line}) + "\n" + json.dumps({"model_output": CALL})
+    code, out, _ = _run(["--tool-call-parser", "hermes", "--jsonl"], log)
+    rows = [json.loads(row) for row in out.splitlines()]
+    assert code == 1 and rows[0]["line"] == 1 and next(iter(line)) in rows[0]["error"]
+    assert rows[1]["finish_reason"] == "tool_calls"
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--tool-call-parser", "hermes", "/nonexistent/out.txt"], "cannot read /nonexistent/out.txt"),
     (["--tool-call-parser", "hermes", "--chunk", "0", "--stream"], "--chunk must be at least 1"),
