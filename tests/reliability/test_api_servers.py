@@ -190,10 +190,11 @@ def test_disconnects_leave_nothing_running_in_either_process(server: ServerProce
 
 
 def _engine_running_after_fresh_steps(server: ServerProcess, c: httpx.Client, timeout: float = 60) -> float:
-    """vLLM's running gauge, as fresh engine steps report it. Each API process records the engine's
-    gauges only from the steps whose outputs it receives, so the process that served the last
-    aborted streams may still show their count; a few short requests (a connection each, so both
-    processes get some) make every process record a step taken after the aborts."""
+    """vLLM's running gauge, as fresh engine steps report it. The engine sends each step's stats to
+    one front end only (vLLM's ``Scheduler.update_from_output``: "Return stats to only one of the
+    front-ends"), and an idle engine takes no step, so the process that last got stats while the
+    aborted streams ran may still show their count (its value is summed into /metrics). A few short
+    requests (a connection each, so both processes get some) make each record a step taken after."""
     from tests.reliability._probe import metric
 
     deadline = time.monotonic() + timeout
