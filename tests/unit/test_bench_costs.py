@@ -22,3 +22,16 @@ def test_prepare_cost_requests_are_valid_chat_requests():
     for body in bodies.values():
         ChatCompletionRequest.model_validate(body)
     assert bodies["tools x8"]["tools"][7]["function"]["description"].endswith("(x).")
+
+
+def test_grammar_cost_table_divides_by_tokens_and_ratios_to_plain():
+    from bench.grammar_cost import Batch, parser, summarise, table
+
+    rows = summarise("standin", 49152, {"free text": Batch(tokens=1000, requests=4, wall_s=2.0, core_s=1.0, worker_s=1.0),
+                                        "json_schema": Batch(tokens=500, requests=4, wall_s=2.0, core_s=1.0, worker_s=0.5)})
+    assert [round(r["ms_per_tok"], 3) for r in rows] == [2.0, 3.0]
+    assert [round(r["ratio"], 2) for r in rows] == [1.0, 1.5]
+    assert rows[1]["tok_s"] == 250 and rows[1]["tok_per_req"] == 125
+    text = table(rows)
+    assert "| standin | 49,152 | json_schema | 3.000 | 2.000 / 1.000 | 1.50 | 250 | 125.0 |" in text
+    assert parser().parse_args(["--vocabs", "qwen3", "--rounds", "2"]).vocabs == "qwen3"
