@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -60,12 +61,10 @@ def _types(schema: JsonValue) -> set[str]:
 
 
 def _each(value: JsonValue) -> Iterable[JsonValue]:
-    """What ``for`` reads of ``value``: a list's items (a checked schema's ``anyOf``), a string's
-    characters or an object's keys (no schema: they add no type); TypeError for a number or a
-    boolean, as iterating one raises (a schema that skipped the meta-schema check may hold one)."""
-    if isinstance(value, (list, str, dict)):
-        return value
-    raise TypeError(f"{type(value).__name__!r} object is not iterable")
+    """The subschemas a list keyword (``anyOf``, ``oneOf``, ``enum``'s values) holds: a list's items;
+    none for any other value (a schema that skipped the meta-schema check, as a request's tools do
+    under ``tool_choice: "none"``, may hold anything there)."""
+    return value if isinstance(value, list) else ()
 
 
 def xml_text(value: JsonValue) -> str:
@@ -104,7 +103,10 @@ def typed_value(text: str, schema: JsonValue) -> JsonValue:
 
 
 def _fits(value: object, types: set[str]) -> bool:
-    """Whether ``value`` (any value read so far) is of one of the JSON ``types`` (none: any JSON type)."""
+    """Whether ``value`` (any value read so far) is of one of the JSON ``types`` (none: any JSON type),
+    and JSON data all through (:func:`_is_json`)."""
+    if not _is_json(value):
+        return False
     if not types:
         return isinstance(value, (dict, list, int, float, bool, str)) or value is None
     kinds = {
@@ -117,6 +119,39 @@ def _fits(value: object, types: set[str]) -> bool:
         "string": isinstance(value, str),
     }
     return any(kinds.get(t, False) for t in types)
+
+
+def _is_json(value: object) -> bool:
+    """Whether ``json.dumps`` writes ``value`` as valid JSON: no set, bytes, complex or other Python
+    value ``ast.literal_eval`` reads, no NaN or infinity (``json.loads`` reads ``NaN``), no lone
+    surrogate; a tuple is an array and an object's scalar keys are written as strings."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if not v.isascii() and not _encodes(v):
+                return False
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                return False
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+            if any(isinstance(k, (list, tuple, dict)) for k in v):
+                return False
+        elif not (v is None or isinstance(v, (bool, int))):
+            return False
+    return True
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def arguments_json(done: Sequence[tuple[str, JsonValue | PyValue]], open_text: tuple[str, str] | None = None, *,

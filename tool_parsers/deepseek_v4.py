@@ -107,7 +107,7 @@ def dsml_value(text: str, is_string: bool, schema: JsonValue) -> JsonValue:
         except (ValueError, RecursionError):
             pass
         else:
-            if schema is None or not types or _fits(value, types):
+            if _fits(value, types):  # (no types: any JSON data; NaN, which json.loads reads, is none)
                 return value
     return typed_value(text, schema)
 

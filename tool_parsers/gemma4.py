@@ -28,11 +28,11 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Literal, TypeVar, cast
+from typing import ClassVar, Literal, TypeVar
 
 from ._blocks import BlockToolParser
 from ._scan import JsonError, marked_name_end, partial_marker_start, skip_ws
-from ._xml_args import SchemaBound, _each, _types, arguments_json, property_schema, streams_as_text, typed_value
+from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, streams_as_text, typed_value
 from .base import CallFormat, JsonObject, JsonValue, ModelFamily, ToolCallPart
 
 __all__ = ["Gemma4ToolParser", "Gemma4CallFormat", "UnsupportedSchema", "arguments_grammar", "gemma_value", "gemma_literal",
@@ -62,9 +62,10 @@ def _bare(raw: str, schema: JsonValue) -> JsonValue:
     norm = "null" if raw == "None" else raw
     if schema is None:
         try:
-            return json.loads(norm)
-        except ValueError:
+            value = json.loads(norm)
+        except (ValueError, RecursionError):
             return raw
+        return value if _fits(value, set()) else raw  # (NaN and Infinity, which json.loads reads, are no JSON)
     return typed_value(norm, schema)
 
 
@@ -262,6 +263,7 @@ _SUPPORTED = frozenset({"type", "enum", "const", "anyOf", "oneOf", "allOf", "$re
 _RANGE = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _EBNF_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z_][A-Za-z0-9_]*|.', re.S)
 _RULE_NAME = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*) ::=", re.M)
+_XGR_NOISE = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: (Check failed: \(.*?\) is false: )?")  # XGrammar's log prefix
 # A string: <|"|> then anything up to the first <|"|> (a DFA over the delimiter's prefixes).
 _BASE = r"""gstr ::= "<|\"|>" gq0
 gq0 ::= "<" gq1 | [^<] gq0
@@ -332,7 +334,7 @@ class _Grammar:
         if "const" in s:
             return _ebnf(gemma_literal(s["const"]))
         if "enum" in s:
-            values = [v for v in _each(s["enum"]) if _fits_type(v, s.get("type"))]
+            values = [v for v in _listed(s["enum"], "enum") if _fits_type(v, s.get("type"))]
             if not values:
                 raise UnsupportedSchema("an enum none of whose values fits its type")
             return "(" + " | ".join(_ebnf(gemma_literal(v)) for v in values) + ")"
@@ -340,9 +342,9 @@ class _Grammar:
             if key in s:
                 rest = {k: v for k, v in s.items() if k != key}
                 return "(" + " | ".join(self.value({**rest, **b} if isinstance(b, Mapping) else b, depth + 1)
-                                        for b in _each(s[key])) + ")"
+                                        for b in _listed(s[key], key)) + ")"
         if "allOf" in s:
-            all_of = cast("list[JsonValue]", s["allOf"])  # the meta-schema checked: a list of schemas
+            all_of = _listed(s["allOf"], "allOf")
             if len(all_of) != 1 or not isinstance(all_of[0], Mapping):
                 raise UnsupportedSchema("'allOf' with more than one schema")
             return self.value({**{k: v for k, v in s.items() if k != "allOf"}, **all_of[0]}, depth + 1)
@@ -350,7 +352,7 @@ class _Grammar:
             raise UnsupportedSchema(f"Gemma 4's grammar cannot enforce {', '.join(map(repr, bad))}")
         t = s.get("type")
         if isinstance(t, list):
-            return "(" + " | ".join(self.value({**s, "type": x}, depth + 1) for x in t) + ")"
+            return "(" + " | ".join(self.value({**s, "type": x}, depth + 1) for x in _listed(t, "type")) + ")"
         if t is None:
             if {"properties", "additionalProperties", "required"} & set(s):
                 t = "object"
@@ -381,8 +383,8 @@ class _Grammar:
         name = self.refs.get(ref)
         if name is None:
             m = re.fullmatch(r"#/(\$defs|definitions)/([^/]+)", ref)
-            # (the meta-schema checked $defs / definitions: an object of schemas)
-            target = cast("Mapping[str, JsonValue]", self.root.get(m.group(1)) or {}).get(m.group(2)) if m else None
+            defs = self.root.get(m.group(1)) if m else None  # an object of schemas (where a meta-schema checked it)
+            target = defs.get(m.group(2)) if m and isinstance(defs, Mapping) else None
             if target is None:
                 raise UnsupportedSchema(f"the reference {ref!r} is not one of its own $defs")
             name = self.refs[ref] = self.fresh()
@@ -395,7 +397,11 @@ class _Grammar:
 
         prefix = self.fresh() + "_"
         sub = {k: s[k] for k in ("type", *_RANGE) if k in s}
-        ebnf = str(xgr.Grammar.from_json_schema(json.dumps(sub), any_whitespace=False, strict_mode=True))
+        try:
+            ebnf = str(xgr.Grammar.from_json_schema(json.dumps(sub), any_whitespace=False, strict_mode=True))
+        except (RuntimeError, ValueError) as exc:  # XGrammar's refusal (a bound not a number, an empty range)
+            reason = _XGR_NOISE.sub("", (str(exc).strip() or "refused").splitlines()[0])
+            raise UnsupportedSchema(f"its number range {json.dumps(sub)} cannot be compiled: {reason[:200]}") from None
         names = set(_RULE_NAME.findall(ebnf))
         renamed = "".join(prefix + t if t in names else t for t in _EBNF_TOKEN.findall(ebnf))
         self.rules.extend(line for line in renamed.splitlines() if line.strip())
@@ -405,7 +411,10 @@ class _Grammar:
         props = s.get("properties") or {}
         if not isinstance(props, Mapping):
             raise UnsupportedSchema("its properties are not an object")
-        required = set(cast("list[str]", s.get("required") or ()))  # the meta-schema checked: a list of names
+        names = _listed(s.get("required") or [], "required")
+        if not all(isinstance(n, str) for n in names):
+            raise UnsupportedSchema("its required is not a list of names")
+        required = {n for n in names if isinstance(n, str)}
         if missing := sorted(required - set(props)):
             raise UnsupportedSchema(f"it requires {', '.join(missing)} without declaring them in its properties")
         extra = s.get("additionalProperties")
@@ -430,15 +439,30 @@ class _Grammar:
 
     def _array(self, s: Mapping[str, JsonValue], depth: int) -> str:
         item = self.value(s.get("items", True), depth + 1)
-        # the meta-schema checked: non-negative integers (2.0 too)
-        lo, hi = int(cast("int | float", s.get("minItems", 0))), cast("int | float | None", s.get("maxItems"))
-        if hi is not None and int(hi) < lo:
+        lo = _count(s.get("minItems", 0), "minItems")
+        hi = None if s.get("maxItems") is None else _count(s.get("maxItems"), "maxItems")
+        if hi is not None and hi < lo:
             raise UnsupportedSchema("maxItems below minItems")
-        if hi is not None and int(hi) == 0:
+        if hi == 0:
             return '"[" "]"'
-        more = f'("," {item}){{{max(lo - 1, 0)}, {int(hi) - 1 if hi is not None else -1}}}'
+        more = f'("," {item}){{{max(lo - 1, 0)}, {hi - 1 if hi is not None else -1}}}'
         some = f'"[" {item} {more} "]"'
         return f'("[" "]" | {some})' if lo == 0 else some
+
+
+def _listed(value: JsonValue, keyword: str) -> list[JsonValue]:
+    """A keyword's list (``enum``, ``anyOf``, ``type`` ...), non-empty; a schema no meta-schema checked
+    (a draft-4 schema's ``$defs``, tools under ``tool_choice: "none"``) may hold anything there."""
+    if not isinstance(value, list) or (not value and keyword != "required"):
+        raise UnsupportedSchema(f"its {keyword!r} is not a {'' if keyword == 'required' else 'non-empty '}list")
+    return value
+
+
+def _count(value: JsonValue, keyword: str) -> int:
+    """``minItems`` / ``maxItems``: a non-negative integer (2.0 too)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf") or value % 1:
+        raise UnsupportedSchema(f"its {keyword!r} is not a non-negative integer")
+    return int(value)
 
 
 def arguments_grammar(schema: JsonValue) -> str:

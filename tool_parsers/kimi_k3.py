@@ -72,7 +72,7 @@ def _value(text: str, kind: str, schema: JsonValue) -> JsonValue:
         except (ValueError, RecursionError):
             pass
         else:
-            if schema is None or not types or _fits(value, types):
+            if _fits(value, types):  # (no types: any JSON data; NaN, which json.loads reads, is none)
                 return value
     return typed_value(text, schema)
 

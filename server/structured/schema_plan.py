@@ -279,10 +279,8 @@ def _llguidance_pattern_problems(schema: JsonObject) -> list[Problem]:
         if not isinstance(node, dict):
             continue
         patterns = [("pattern", node.get("pattern"))]
-        named = node.get("patternProperties") or {}
-        if not isinstance(named, (dict, list, str)):  # a place the meta-schema did not check (an unused
-            raise TypeError(f"'{type(named).__name__}' object is not iterable")  # draft-4 definition): as ever
-        patterns += [("patternProperties", k) for k in named if isinstance(named, dict)]
+        named = node.get("patternProperties")  # an object of patterns (anything where no meta-schema checked it)
+        patterns += [("patternProperties", k) for k in named] if isinstance(named, dict) else []
         for keyword, pattern in patterns:
             if isinstance(pattern, str) and ("\\\\" in pattern or '"' in pattern):
                 out.append(Problem("llguidance", keyword, pointer,

@@ -116,10 +116,13 @@ def _dependencies(node: JsonObject) -> None:
                 branches.append({"anyOf": [_absent(name), {**then, "required": required}]})
             elif then is not True:
                 return  # not a dependency the spec knows: leave the node alone
+    all_of = _listed(node.get("allOf", []))
+    if all_of is None:
+        return  # a malformed ``allOf`` (not a list): leave the node to the meta-schema's verdict
     for key in found:
         node.pop(key)
     if branches:
-        node["allOf"] = [*_spread(node.get("allOf", [])), *branches]
+        node["allOf"] = [*all_of, *branches]
 
 
 def _complement(sub: JsonValue) -> JsonValue | None:
@@ -142,7 +145,7 @@ def _complement(sub: JsonValue) -> JsonValue | None:
         return {"type": "object", **absent}
     if keys == {"type"}:
         t = sub["type"]
-        types = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+        types = _type_names(t)
         if types is None or ("integer" in types and "number" not in types):
             return None  # "not integer" leaves fractional numbers: no type says that
         rest: JsonArray = [x for x in _TYPES if x not in types and not (x == "number" and "number" in types)]
@@ -162,7 +165,8 @@ def _eliminate_not(node: JsonObject) -> JsonValue:
     if "not" not in node:
         return node
     replacement = _complement(node["not"])
-    if replacement is None:
+    all_of = _listed(node.get("allOf", []))
+    if replacement is None or all_of is None:  # (a malformed ``allOf``: left to the meta-schema's verdict)
         return node
     node.pop("not")
     if replacement is False:
@@ -172,28 +176,35 @@ def _eliminate_not(node: JsonObject) -> JsonValue:
     if not (set(node) - {"title", "description", "$comment", "$schema", "$id"}):
         return {**{k: v for k, v in node.items() if k in ("$schema", "$id")}, **replacement} \
             if isinstance(replacement, dict) else replacement
-    node["allOf"] = [*_spread(node.get("allOf", [])), replacement]
+    node["allOf"] = [*all_of, replacement]
     return node
 
 
-def _spread(value: JsonValue) -> list[JsonValue] | JsonObject | str:
-    """``value`` for ``[*value]``: a list (always, where the meta-schema checked it; under an unknown
-    keyword anything: a number fails as it did when spread unchecked)."""
-    if isinstance(value, (list, dict, str)):
-        return value
-    raise TypeError(f"Value after * must be an iterable, not {type(value).__name__}")
+def _listed(value: JsonValue) -> JsonArray | None:
+    """``value`` when it is a list (as the meta-schema checks ``allOf``), else None: a schema under
+    a keyword no meta-schema checked (an unknown keyword, one of another draft) may hold anything,
+    and a walk leaves such a node as it is rather than read it as something else."""
+    return value if isinstance(value, list) else None
+
+
+def _type_names(value: JsonValue) -> set[str] | None:
+    """The type names ``type`` lists (a name or a list of names); None for any other value."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, list) and all(isinstance(t, str) for t in value):
+        return {t for t in value if isinstance(t, str)}
+    return None
 
 
 #: A oneOf branch's declared types (None: any) and, per required property, its allowed values (as JSON).
-_Facts = tuple[set[JsonValue] | None, dict[str, set[str]]]
+_Facts = tuple[set[str] | None, dict[str, set[str]]]
 
 
 def _branch_facts(branch: JsonValue) -> _Facts:
     """A branch's declared types (None: any) and, per required property, its allowed values."""
     if not isinstance(branch, dict):
         return None, {}
-    t = branch.get("type")
-    types: set[JsonValue] | None = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+    types = _type_names(branch.get("type"))  # (a malformed ``type``: any, so never disjoint)
     if types and "number" in types:
         types |= {"integer"}
     values: dict[str, set[str]] = {}
@@ -201,8 +212,7 @@ def _branch_facts(branch: JsonValue) -> _Facts:
     props: JsonObject = declared if isinstance(declared, dict) else {}
     required = branch.get("required")
     for name in required if isinstance(required, list) else []:
-        if not isinstance(name, str):  # never a property; a list or object name fails as its lookup did
-            hash(name)  # (unhashable: only under an unknown keyword, which the meta-schema does not check)
+        if not isinstance(name, str):  # never a property name (only where no meta-schema checked it)
             continue
         sub = props.get(name)
         if isinstance(sub, dict):

@@ -148,9 +148,8 @@ _KEYWORD_TYPE = {**{k: "string" for k in STRING_KEYWORDS}, **{k: "number" for k 
 #: Without ``type``, these keywords make the grammar assume the type (measured: stricter, not looser).
 _TYPE_IMPLYING = {"properties": "object", "items": "array"}
 _APPLICATORS = ("allOf", "anyOf", "oneOf", "not", "if", "$ref", "$dynamicRef", "dependentSchemas")
-
-_SUBSCHEMA = ("additionalProperties", "unevaluatedProperties", "items", "contains", "propertyNames",
-              "not", "if", "then", "else", "unevaluatedItems", "additionalItems")
+_SUBSCHEMA = ("additionalProperties", "unevaluatedProperties", "items", "contains", "propertyNames", "not", "if",
+              "then", "else", "unevaluatedItems", "additionalItems")
 _SUBSCHEMA_MAP = ("properties", "patternProperties", "dependentSchemas")
 _SUBSCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 
@@ -246,7 +245,6 @@ def _enum_values(schema: JsonMapping) -> list[JsonValue] | None:
 
 def _enum_covers(values: list[JsonValue], schema: JsonMapping, keyword: str) -> bool:
     """Whether every enum/const value satisfies ``keyword`` (then ignoring it loses nothing)."""
-
     sub: JsonObject = {keyword: schema[keyword]}
     if keyword in ("minContains", "maxContains") and "contains" in schema:
         sub["contains"] = schema["contains"]
@@ -329,10 +327,10 @@ def _level(keyword: str, value: JsonValue, schema: JsonMapping, ctx: _Ctx) -> tu
                 return LOOSE, f'only enforced when the same schema declares "type" (add "type": "{kw_type}")'
         elif not _applies(kw_type, types):
             return EXACT, "does not apply to the declared type"
-    if keyword in ("minLength", "maxLength") and ("pattern" in schema or schema.get("format") in FORMAT_LEVELS):
+    if keyword in ("minLength", "maxLength") and ("pattern" in schema or _known_format(schema)):
         return LOOSE, "length limits are ignored when combined with pattern or format"
     if keyword == "pattern":
-        if schema.get("format") in FORMAT_LEVELS:
+        if _known_format(schema):
             return LOOSE, "a pattern beside a known format is dropped by the grammar"
         problem = _pattern_problem(value) if isinstance(value, str) else "pattern must be a string"
         return (LOOSE, problem) if problem else (level, note)
@@ -357,7 +355,7 @@ def _level(keyword: str, value: JsonValue, schema: JsonMapping, ctx: _Ctx) -> tu
     if keyword == "required":
         props = schema.get("properties")
         props = props if isinstance(props, dict) else {}
-        missing = [n for n in value if n not in props] if isinstance(value, list) else []
+        missing = [n for n in value if not isinstance(n, str) or n not in props] if isinstance(value, list) else []
         if missing:
             return LOOSE, f"required names missing from properties are not enforced: {missing}"
         return EXACT, ""
@@ -398,6 +396,11 @@ def _level(keyword: str, value: JsonValue, schema: JsonMapping, ctx: _Ctx) -> tu
     if keyword in ("dependentRequired", "dependentSchemas", "dependencies") and not value:
         return EXACT, "no effect"
     return level, note
+
+
+def _known_format(schema: JsonMapping) -> bool:
+    """Whether ``schema`` names a format the grammar knows (a ``format`` of another type: none)."""
+    return isinstance(fmt := schema.get("format"), str) and fmt in FORMAT_LEVELS
 
 
 def child_schemas(schema: JsonMapping, pointer: str) -> Iterator[tuple[str, JsonValue]]:
@@ -512,7 +515,6 @@ def _declare_required(node: JsonObject) -> None:
 
 
 def _filter_enum(node: JsonObject) -> None:
-
     values = node.get("enum")
     if not isinstance(values, list):
         return
@@ -557,7 +559,7 @@ def _exact_dates(node: JsonObject) -> None:
     """``format: date`` / ``date-time`` on a declared string, without its own pattern: the
     calendar-exact pattern instead (the grammar's format rule does not check the day)."""
     fmt = node.get("format")
-    if fmt in _FORMAT_PATTERNS and isinstance(fmt, str) and node.get("type") == "string" and "pattern" not in node:
+    if isinstance(fmt, str) and fmt in _FORMAT_PATTERNS and node.get("type") == "string" and "pattern" not in node:
         node.pop("format")
         node["pattern"] = "^" + _FORMAT_PATTERNS[fmt] + "$"
 

@@ -13,6 +13,7 @@ import pytest
 
 from server.structured.constraints import ConstraintError
 from tests.unit import family_cases as fc
+from tests.unit._front import CHAT
 from tool_parsers import detect_tool_parser, get_family, resolve_parsers
 from tool_parsers.gemma4 import QUOTE as Q
 
@@ -226,3 +227,37 @@ def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
     assert content == "It is sunny in Paris."
     assert f"<|turn>model\n{TC}call:get_weather{{days:2,location:{Q}Paris{Q}}}{TE}<turn|>" in prompt
     assert "<|turn>tool\nsunny<turn|>" in prompt
+
+
+D4 = "http://json-schema.org/draft-04/schema#"  # draft 4 knows no $defs: its members pass no meta-schema
+
+
+def _ref_to(defn: Any) -> dict[str, Any]:
+    return {"$schema": D4, "type": "object", "properties": {"a": {"type": "array", "items": {"$ref": "#/$defs/x"}}},
+            "$defs": {"x": defn}}
+
+
+@pytest.mark.parametrize("params", [
+    _ref_to({"enum": 5}), _ref_to({"anyOf": 5}), _ref_to({"oneOf": {"type": "string"}}), _ref_to({"allOf": 5}),
+    _ref_to({"anyOf": []}), _ref_to({"type": []}), _ref_to({"type": "object", "required": 5}),
+    _ref_to({"type": "object", "required": [["a"]], "properties": {}}), _ref_to({"type": "array", "minItems": "x"}),
+    _ref_to({"type": "array", "maxItems": -1}), _ref_to({"type": "array", "minItems": 1.5}),
+    _ref_to({"type": "integer", "minimum": "x"}),
+    {**_ref_to({}), "$defs": 5},
+    {"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1}}},  # valid, empty range
+    {"type": "object", "properties": {"a": {"type": "number", "exclusiveMinimum": 1, "exclusiveMaximum": 1}}},
+], ids=lambda p: json.dumps(p.get("$defs", p.get("properties")))[:60])
+@pytest.mark.parametrize("choice", ["auto", "required"])
+@pytest.mark.parametrize("strict", [True, False])
+def test_schemas_no_meta_schema_checked_are_400_naming_the_tool(app: Any, params: dict[str, Any], choice: str,
+                                                               strict: bool) -> None:
+    """Gemma 4's own grammar walks each tool's schema, ``$defs`` included; a keyword of the wrong JSON
+    type there (where no meta-schema looked) or a range XGrammar cannot compile is a 400 naming the
+    tool, as any schema it cannot enforce (was a TypeError / KeyError / RuntimeError: a 500)."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": params, "strict": strict}}]
+    body = {"messages": [{"role": "user", "content": "Go."}], "tools": tools, "tool_choice": choice, "max_tokens": 50}
+    r = app(["x"]).client().post(CHAT, json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["type"] == "invalid_request_error"
+    assert err["param"] == "tools" and "'f'" in err["message"], err

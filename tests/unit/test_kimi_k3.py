@@ -161,3 +161,15 @@ def test_multi_turn_history_renders_calls_and_results(app: Any) -> None:
     (call,) = parser.parse(history, final=True).tool_calls  # the template's own rendering reads back
     assert (call.name, json.loads(call.arguments)) == ("get_weather", {"city": "Paris", "days": 3})
     assert '<|open|>message role="tool" tool="get_weather" index="1"<|sep|>sunny<|close|>message<|sep|>' in prompt
+
+
+
+# --- schemas no meta-schema checked (``gramserve parse --tools``, tools under tool_choice "none") ---------------
+
+@pytest.mark.parametrize("schema", [{"anyOf": 5}, {"oneOf": 1.5}, {"anyOf": {"type": "string"}}, {"type": [[1]]},
+                                    {"type": {"a": 1}, "anyOf": [5, "x"]}, {"enum": 5, "anyOf": "x"}, None, 5, "string"])
+def test_the_parser_types_arguments_by_any_json_schema(schema: Any) -> None:
+    """A schema only types what the model wrote; one of any JSON shape reads as no type (was a TypeError)."""
+    parser = get_family("kimi_k3").parser.with_tools({"get_weather": {"properties": {"city": schema, "days": schema}}})
+    (call,) = parser.parse(CALLS["template_types_numbers_as_number"], final=True).tool_calls
+    assert json.loads(call.arguments) == {"city": "Paris", "days": 3, "unit": "celsius"}

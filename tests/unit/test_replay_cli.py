@@ -105,3 +105,21 @@ def test_the_command_imports_no_engine() -> None:
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "0 []"
+
+
+@pytest.mark.parametrize("parser,output", [
+    ("kimi_k3", '<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="a" type="number"<|sep|>'
+                "3<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\n3\n</parameter>\n</function>\n</tool_call>"),
+    ("gemma4", "<|tool_call>call:f{a:3}<tool_call|>"),
+])
+@pytest.mark.parametrize("schema", [{"anyOf": 5}, {"oneOf": True, "enum": 5}, {"type": [[1]]}, 5])
+def test_tools_whose_schemas_no_meta_schema_checked_type_the_arguments(tmp_path: Path, parser: str, output: str,
+                                                                     schema: Any) -> None:
+    """``--tools`` are read as given (no server checked them): a parameter's schema of any JSON shape
+    types nothing, and the call still reads (was a TypeError traceback)."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"a": schema}}}}]
+    (tmp_path / "tools.json").write_text(json.dumps(tools))
+    code, out, err = _run(["--tool-call-parser", parser, "--tools", str(tmp_path / "tools.json")], output)
+    assert code == 0, err
+    assert json.loads(json.loads(out)["tool_calls"][0]["function"]["arguments"]) == {"a": 3}
