@@ -106,16 +106,46 @@ class ConstraintSpec:
         return json.dumps([
             self.response_format, self.structured_outputs,
             None if tools is None else tools.key,
-            None if self.call_format is None else asdict(self.call_format),
-            None if self.reasoning is None else asdict(self.reasoning),
-            asdict(self.limits), self.tool_constraints, self.guidance,
+            None if self.call_format is None else _fields(self.call_format),
+            None if self.reasoning is None else _fields(self.reasoning),
+            _fields(self.limits), self.tool_constraints, self.guidance,
         ], separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+_CAPS: dict[tuple[int, ...], tuple[tuple[object, ...], Capabilities]] = {}  # per process: one entry (tests: a few)
+
+
 def capabilities(state: ServerState) -> Capabilities:
-    """What this server can enforce (its settings and parsers)."""
-    return Capabilities.of(state.settings, tool_parser=state.tool_parser, reasoning_parser=state.reasoning_parser,
-                           guidance=bool(getattr(state.engine, "guidance", True)))
+    """What this server can enforce (its settings and parsers): made once per settings, parsers and
+    engine kind, so the spec's fields are the same objects request after request (:func:`_fields`)."""
+    guidance = bool(getattr(state.engine, "guidance", True))
+    made_of = (state.settings, state.tool_parser, state.reasoning_parser, guidance)
+    key = tuple(map(id, made_of))
+    hit = _CAPS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], made_of, strict=True)):
+        return hit[1]
+    caps = Capabilities.of(state.settings, tool_parser=state.tool_parser, reasoning_parser=state.reasoning_parser,
+                           guidance=guidance)
+    if len(_CAPS) >= 16:
+        _CAPS.clear()
+    _CAPS[key] = (made_of, caps)
+    return caps
+
+
+_FIELDS: dict[int, tuple[object, JsonObject]] = {}  # id -> (the object, held so the id stays its own; its fields)
+
+
+def _fields(obj: CallFormat | ReasoningSpec | Limits) -> JsonObject:
+    """``asdict(obj)`` of a per-process immutable (the call format, the reasoning rule, the limits),
+    made once per object: the memo key of every request's spec reads them."""
+    hit = _FIELDS.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value: JsonObject = asdict(obj)
+    if len(_FIELDS) >= 64:
+        _FIELDS.clear()
+    _FIELDS[id(obj)] = (obj, value)
+    return value
 
 
 def _dump(model: BaseModel | None) -> JsonObject | None:

@@ -35,3 +35,20 @@ def test_grammar_cost_table_divides_by_tokens_and_ratios_to_plain():
     text = table(rows)
     assert "| standin | 49,152 | json_schema | 3.000 | 2.000 / 1.000 | 1.50 | 250 | 125.0 |" in text
     assert parser().parse_args(["--vocabs", "qwen3", "--rounds", "2"]).vocabs == "qwen3"
+
+
+def test_prefix_stability_tells_a_stable_template_from_one_that_drops_thinking():
+    """hermes renders a transcript's start the same whatever follows; Qwen3's template drops the
+    thinking of a turn once a user message follows it, so the prompt before it is no prefix."""
+    from bench.prefix_stability import STEPS, check_template, first_difference, step_pairs
+    from chat_templates import BUILTIN_TEMPLATES
+    from tests.unit.family_cases import TEMPLATES
+
+    assert first_difference("ab", "abc") is None and first_difference("abx", "aby") == 2
+    pairs = step_pairs(STEPS[1], reasoning=True)
+    assert pairs and all(len(a) < len(b) and b[:len(a)] == a and a[-1]["role"] == "tool" for a, b in pairs)
+    hermes = check_template("builtin:hermes", BUILTIN_TEMPLATES["hermes"].read_text())
+    assert set(hermes.values()) == {"prefix"} and len(hermes) == 4
+    qwen3 = check_template("qwen3", (TEMPLATES / "qwen3.jinja").read_text())
+    assert qwen3["next user turn"] == "prefix"
+    assert qwen3["after a tool result, thinking"].startswith("differs after 4 messages")

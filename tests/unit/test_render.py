@@ -323,6 +323,30 @@ def test_sandbox_blocks_unsafe_access() -> None:
         r.render([{"role": "user", "content": "x"}])
 
 
+def test_sandbox_verdicts_are_jinjas_and_kept_per_type() -> None:
+    """The remembered verdict on an attribute is the one jinja2's immutable sandbox gives, first
+    time and after (a template that tries a blocked method fails on every render, not the first)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from server.chat.render import _Sandbox
+
+    reference, ours = ImmutableSandboxedEnvironment(), _Sandbox()
+    cases = [("x", "strip"), ("x", "__class__"), ([], "append"), ([], "index"), ({}, "items"), ({}, "update"),
+             ({}, "pop"), (str, "mro"), (set(), "add"), ((lambda: 0), "__globals__"), ((lambda: 0), "__code__"), (1, "real")]
+    for _ in range(2):
+        for obj, attr in cases:
+            value = getattr(obj, attr)
+            assert ours.is_safe_attribute(obj, attr, value) == reference.is_safe_attribute(obj, attr, value), (obj, attr)
+    blocked = ChatRenderer.from_model(model_dir_or_tokenizer=None,
+                                      chat_template="{{ messages.append(1) }}{{ messages[-1]['content'] }}")
+    allowed = ChatRenderer.from_model(model_dir_or_tokenizer=None,
+                                      chat_template="{{ messages[-1]['content'].strip().upper() }}")
+    for _ in range(2):
+        with pytest.raises(RenderError):
+            blocked.render([{"role": "user", "content": "x"}])
+        assert allowed.render([{"role": "user", "content": " hi "}]) == "HI"
+
+
 # ---------------------------------------------------------------- kwargs and choice
 def test_chat_template_kwargs_pass_through() -> None:
     r = ChatRenderer.from_model(

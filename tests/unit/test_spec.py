@@ -2,6 +2,7 @@
 ``--precompile`` warm exactly the memo entry (and compiled grammar) the request then uses."""
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -106,6 +107,24 @@ def test_offline_check_builds_the_spec_a_default_server_builds(make_app):
         constraint_spec(_request(tools=tools), from_request.capabilities(b.state)).key()
     assert constraint_spec(item_request({"tools": tools}), offline_capabilities()).key() == \
         constraint_spec(_request(tools=tools), from_request.capabilities(b.state)).key()
+
+
+def test_capabilities_are_made_once_per_settings_and_parsers(make_app):
+    """One Capabilities per process (its parts then keep their identity for the spec's memo key),
+    and a new one when a part changes; the key is the one the fields themselves give."""
+    import dataclasses
+    from dataclasses import asdict
+
+    b = make_app()
+    caps = from_request.capabilities(b.state)
+    assert from_request.capabilities(b.state) is caps
+    b.state.settings = dataclasses.replace(b.state.settings, tool_constraints=not b.state.settings.tool_constraints)
+    changed = from_request.capabilities(b.state)
+    assert changed is not caps and changed.tool_constraints != caps.tool_constraints
+    spec = constraint_spec(_request(tools=_tools()), changed)
+    by_fields = json.loads(spec.key())
+    assert by_fields[3:6] == [asdict(spec.call_format), None if spec.reasoning is None else asdict(spec.reasoning),
+                              asdict(spec.limits)]
 
 
 def test_spec_keeps_only_what_the_grammar_depends_on():
