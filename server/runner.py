@@ -5,15 +5,21 @@ On SIGTERM/SIGINT the server stops taking generation requests (503, ``/health``
 exits 0. Requests still running at that limit are aborted and their clients told so
 (an SSE error event and ``[DONE]``, or a 503), and the exit status is 4. If the engine dies,
 ``/health`` turns 503 at once and the process exits non-zero so the orchestrator restarts it.
+A signal that comes while the engine shuts down is logged, and the process exits once the engine
+has stopped (never halfway, leaving engine processes behind).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
+import signal
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -29,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover - vllm_engine imports vLLM, loaded only wh
     from server.engine.vllm_engine import EngineOptions
 
 __all__ = ["serve_one_process", "serve_api_process", "engine_options", "build_state", "set_engine_environment",
-           "freeze_startup_heap"]
+           "freeze_startup_heap", "signals_wait_for_engine_shutdown"]
 
 log = logging.getLogger("gramserve")
 
@@ -199,10 +205,33 @@ async def _serve(settings: Settings, *, sock: socket.socket | None = None,
         await server.serve(sockets=[sock] if sock is not None else None)
     finally:
         watcher.cancel()
-        await state.engine.shutdown()
+        with signals_wait_for_engine_shutdown():
+            await state.engine.shutdown()
     if state.engine_dead:
         return EXIT_ENGINE_DEAD
     return EXIT_DRAIN_CUT if state.cut else 0
+
+
+@contextlib.contextmanager
+def signals_wait_for_engine_shutdown() -> Iterator[None]:
+    """SIGTERM / SIGINT noted, not obeyed, while the engine shuts down. uvicorn gives the signals
+    back to Python's defaults once it stops serving, so a second SIGTERM (an impatient supervisor,
+    a second Ctrl-C) would end this process halfway through the engine's shutdown: an exit of 143
+    after a clean drain, and engine processes that may outlive it holding their memory (on a
+    GPU, the device memory the restarted server needs). vLLM bounds its own shutdown."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread has handlers
+        yield
+        return
+
+    def note(sig: int, frame: FrameType | None) -> None:
+        log.warning("signal received while the engine shuts down; exiting once it has", extra={"signal": sig})
+
+    kept = {sig: signal.signal(sig, note) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            signal.signal(sig, handler)
 
 
 def freeze_startup_heap() -> int:

@@ -8,6 +8,7 @@ whether it streams. A framer only decides how an update looks on the wire.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
@@ -28,6 +29,8 @@ from server.state import ServerState
 from server.structured.budget import closed_by_budget
 
 __all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "run_engine"]
+
+log = logging.getLogger("gramserve.stream")
 
 
 async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncGenerator[TokenChunk, None]:
@@ -160,8 +163,16 @@ class Run:
                     if ch.finish and all(x.finish for x in choices):
                         break
             if any(x.stream is not None and x.stream.repeat for x in choices):
-                await abort_shielded(self.state, [prompt.gen.request_id])  # stop generating what nobody will read
+                await self._stop_after_repeat(prompt.gen.request_id)
             self.running = None
+
+    async def _stop_after_repeat(self, request_id: str) -> None:
+        """Stop generating what nobody will read. The answer is whole by now (a streamed one may be
+        sent to its ``[DONE]``), so an abort that fails is logged, not made the answer's error."""
+        try:
+            await abort_shielded(self.state, [request_id])
+        except Exception:  # noqa: BLE001 - any engine failure: the engine's own health check reports it
+            log.warning("the engine request %s was not stopped after a repeated call", request_id, exc_info=True)
 
     def _update(self, ch: Choice, c: TokenChunk) -> ChoiceUpdate:
         """What chunk ``c`` does to choice ``ch`` (which ends here if ``c`` or a repeated call ends it)."""

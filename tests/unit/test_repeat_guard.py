@@ -88,6 +88,32 @@ def test_server_stops_the_engine_at_a_repeat(make_app: Any, stream: bool) -> Non
     assert built.state.in_flight == 0 and not built.state.running
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_failed_abort_after_a_repeat_leaves_the_answer_whole(make_app: Any, stream: bool, caplog: Any) -> None:
+    """The answer ended at the repeat is complete: an engine that then fails to stop the request
+    is logged, and the client still gets the call and (streamed) nothing after ``[DONE]``."""
+    built = make_app(script=lambda req: _pieces(P + P + P + P, 5), delay=0.001)
+
+    async def broken_abort(request_id: str) -> None:
+        raise RuntimeError("the engine could not abort")
+
+    built.engine.abort = broken_abort
+    r = built.client().post("/v1/chat/completions", json={
+        "messages": [{"role": "user", "content": "Weather?"}], "tools": [WEATHER], "tool_choice": "required",
+        "max_tokens": 1000, "stream": stream})
+    assert r.status_code == 200
+    if stream:
+        assert r.text.rstrip().endswith("data: [DONE]") and '"error"' not in r.text
+        finishes = [ch["finish_reason"] for x in r.text.splitlines() if x.startswith("data: {")
+                    for ch in json.loads(x[6:])["choices"] if ch["finish_reason"]]
+        assert finishes == ["tool_calls"]
+    else:
+        choice = r.json()["choices"][0]
+        assert len(choice["message"]["tool_calls"]) == 1 and choice["finish_reason"] == "tool_calls"
+    assert any("not stopped after a repeated call" in rec.getMessage() for rec in caplog.records)
+    assert built.state.in_flight == 0
+
+
 def test_flag_allows_duplicates(make_app: Any) -> None:
     built = make_app(script=lambda req: [P, P], settings=Settings(allow_duplicate_tool_calls=True))
     r = built.client().post("/v1/chat/completions", json={

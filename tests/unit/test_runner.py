@@ -28,3 +28,20 @@ def test_startup_heap_is_out_of_the_collectors_reach_and_new_garbage_still_goes(
         assert gone() is None
     finally:
         gc.unfreeze()
+
+
+def test_a_signal_during_the_engines_shutdown_is_noted_not_obeyed(caplog) -> None:
+    """A second SIGTERM while the engine shuts down must not end the process there (exit 143, engine
+    processes left behind); the handlers in place before are back afterwards."""
+    import os
+    import signal
+
+    from server.runner import signals_wait_for_engine_shutdown
+
+    before = signal.getsignal(signal.SIGTERM)
+    with signals_wait_for_engine_shutdown():
+        os.kill(os.getpid(), signal.SIGTERM)  # the default handler would end the test run here
+        os.kill(os.getpid(), signal.SIGINT)  # and this one raise KeyboardInterrupt
+    assert signal.getsignal(signal.SIGTERM) is before
+    noted = [r for r in caplog.records if "while the engine shuts down" in r.getMessage()]
+    assert [r.signal for r in noted] == [signal.SIGTERM, signal.SIGINT]
