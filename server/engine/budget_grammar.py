@@ -114,12 +114,19 @@ def _with(keep: torch.Tensor, tokens: list[int]) -> torch.Tensor:
     return keep
 
 
-def _tokens_of(row: torch.Tensor) -> list[int]:
-    """The token ids whose bits are set in a bitmask row."""
+_BITS: list[torch.Tensor] = []  # the eight one-bit bytes, made once
+
+
+def _tokens_of(row: torch.Tensor, *, at_most: int | None = None) -> list[int] | None:
+    """The token ids whose bits are set in a bitmask row; None when more than ``at_most`` words
+    hold one (so more tokens than that: the caller would not try them one by one anyway)."""
     import torch
 
-    bits = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8)
-    return torch.nonzero(row.view(torch.uint8).unsqueeze(1).bitwise_and(bits).flatten()).flatten().tolist()
+    if at_most is not None and int(torch.count_nonzero(row)) > at_most:
+        return None
+    if not _BITS:
+        _BITS.append(torch.tensor([1 << i for i in range(8)], dtype=torch.uint8))
+    return torch.nonzero(row.view(torch.uint8).unsqueeze(1).bitwise_and(_BITS[0]).flatten()).flatten().tolist()
 
 
 def _allows(row: torch.Tensor, token: int) -> bool:
@@ -325,18 +332,23 @@ class BudgetGrammar:
             ending = shortest_completion(trial, self.header.closers)
             return ending is not None and self._count(ending) <= left - 1
 
-        self._drop_unless(row, _tokens_of(row & ~self.tables.neutral[: row.shape[0]]), fits)
+        self._drop_unless(row, _tokens_of(row & ~self.tables.neutral[: row.shape[0]],
+                                         at_most=_TRY_AT_MOST + len(self.stop_ids)), fits)
 
     def _keep_complete(self, row: torch.Tensor) -> None:
         """The answer is complete and a new part would not fit: only tokens after which it is
         still complete (whitespace after a JSON document, stop), where they are few enough to
         try one by one; among many (free text), the neutral ones."""
         row &= _with(self.tables.neutral[: row.shape[0]].clone(), self.stop_ids)
-        self._drop_unless(row, _tokens_of(row), lambda trial: trial.can_stop())
+        self._drop_unless(row, _tokens_of(row, at_most=_TRY_AT_MOST + len(self.stop_ids)),
+                          lambda trial: trial.can_stop())
 
-    def _drop_unless(self, row: torch.Tensor, tokens: list[int], keep_if: Callable[[_Matcher], bool]) -> None:
-        """Clear each of ``tokens`` (stop tokens aside; at most :data:`_TRY_AT_MOST`, else none)
-        whose matcher copy, after it, fails ``keep_if``."""
+    def _drop_unless(self, row: torch.Tensor, tokens: list[int] | None,
+                     keep_if: Callable[[_Matcher], bool]) -> None:
+        """Clear each of ``tokens`` (stop tokens aside; at most :data:`_TRY_AT_MOST`, else none;
+        None: too many to count) whose matcher copy, after it, fails ``keep_if``."""
+        if tokens is None:
+            return
         stops = set(self.stop_ids)
         tokens = [t for t in tokens if t not in stops]
         if len(tokens) > _TRY_AT_MOST:

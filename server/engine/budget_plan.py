@@ -348,6 +348,9 @@ class Vocab:
         self._ids = ids
         self._bytes = {tid: data for data, tid in ids.items()}
         self._max = min(64, max((len(k) for k in ids), default=1))
+        # endings repeat step after step (the same closing brackets while a string is written):
+        # their token counts, remembered (bounded; a lost entry is only counted again)
+        self._counts: dict[bytes, int | None] = {}
 
     def tokens(self, data: bytes) -> list[int] | None:
         """``data`` as token ids (None when some byte has no token at all)."""
@@ -370,5 +373,13 @@ class Vocab:
         return None
 
     def count(self, data: bytes) -> int | None:
+        """How many tokens :meth:`tokens` writes ``data`` in (None: it cannot)."""
+        counts = self._counts
+        if data in counts:
+            return counts[data]
         tokens = self.tokens(data)
-        return None if tokens is None else len(tokens)
+        n = None if tokens is None else len(tokens)
+        if len(counts) >= 4096:
+            counts.clear()
+        counts[data] = n
+        return n

@@ -155,3 +155,16 @@ def test_llguidance_answers_end_valid_at_every_budget(sim, name):
         assert not errors, (budget, run.text, errors)
         closed += run.finish == "length"
     assert closed
+
+
+def test_tokens_of_a_row_and_when_there_are_too_many_to_try() -> None:
+    import torch
+
+    from server.engine.budget_grammar import _bit, _tokens_of
+
+    row = torch.zeros(8, dtype=torch.int32)
+    for token in (0, 31, 32, 100, 255):
+        row[token // 32] |= _bit(token)
+    assert _tokens_of(row) == [0, 31, 32, 100, 255]
+    assert _tokens_of(row, at_most=4) == [0, 31, 32, 100, 255]  # 4 words hold them
+    assert _tokens_of(row, at_most=3) is None

@@ -133,3 +133,17 @@ def test_a_user_grammar_cannot_pose_as_a_budget_header():
     spec = BudgetHeader(max_tokens=5, kind="grammar").wrap('root ::= "a"')
     with pytest.raises(ConstraintError, match="may not start with"):
         constraint_from_request(response_format=None, structured_outputs={"grammar": spec}, tools=None, tool_format=None)
+
+
+def test_vocab_counts_are_remembered_and_the_same_as_counted() -> None:
+    """``count`` remembers endings (they repeat step after step) and answers as ``tokens`` does,
+    None included; the memory is bounded."""
+    vocab = Vocab([b"a", b"b", b"ab", b"}", b"\"}", b"abc"], special=[])
+    for data in (b"ab}", b"abc\"}", b"x", b"", b"aab"):
+        first = vocab.count(data)
+        tokens = vocab.tokens(data)
+        assert first == (None if tokens is None else len(tokens)) == vocab.count(data)
+    assert vocab.count(b"abc\"}") == 2 and vocab.count(b"x") is None
+    for i in range(5000):
+        vocab.count(b"a" * (i % 50) + bytes([98 + i % 2]) * (i // 50))
+    assert len(vocab._counts) <= 4096
