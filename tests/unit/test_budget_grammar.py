@@ -168,3 +168,10 @@ def test_tokens_of_a_row_and_when_there_are_too_many_to_try() -> None:
     assert _tokens_of(row) == [0, 31, 32, 100, 255]
     assert _tokens_of(row, at_most=4) == [0, 31, 32, 100, 255]  # 4 words hold them
     assert _tokens_of(row, at_most=3) is None
+    from server.engine.budget_grammar import _allows
+
+    rng = random.Random(7)
+    for _ in range(20):
+        row = torch.tensor([rng.choice([0, -1, 1 << 30, -(1 << 31), rng.randrange(-(1 << 31), 1 << 31)])
+                            for _ in range(50)], dtype=torch.int32)
+        assert _tokens_of(row) == [t for t in range(32 * 50) if _allows(row, t)]
