@@ -210,18 +210,17 @@ class BudgetGrammar:
         if self.inner.is_terminated() or self._idle():
             return  # the common case: nothing to steer, nothing copied
         row = bitmask[idx]
-        own = row.clone()
         try:
             self._steer(row)
         except Exception:  # noqa: BLE001 - never worse than the plain grammar: log, restore its mask
             log.exception("budget closing failed; the grammar's own mask stands")
-            row.copy_(own)
+            self.inner.fill_bitmask(bitmask, idx)  # (its mask again: steering only reads copies of the matcher)
             self.plan = None
             return
         if not bool(row.any()):  # an empty row would end the request on a refused token
             log.error("budget closing left no token allowed (%d taken of %d); the grammar's own mask stands",
                       self.taken, self.header.max_tokens)
-            row.copy_(own)
+            self.inner.fill_bitmask(bitmask, idx)
             self.plan = None
 
     # -- the budget ---------------------------------------------------------------------------

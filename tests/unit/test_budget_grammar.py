@@ -175,3 +175,28 @@ def test_tokens_of_a_row_and_when_there_are_too_many_to_try() -> None:
         row = torch.tensor([rng.choice([0, -1, 1 << 30, -(1 << 31), rng.randrange(-(1 << 31), 1 << 31)])
                             for _ in range(50)], dtype=torch.int32)
         assert _tokens_of(row) == [t for t in range(32 * 50) if _allows(row, t)]
+
+
+@pytest.mark.parametrize("fault", ["raises", "empties"])
+def test_a_failed_steer_leaves_the_grammars_own_mask(sim, fault, caplog):
+    """Steering that fails (or would allow nothing) gives the row back exactly as the request's
+    grammar filled it, and drops any forced ending."""
+    import xgrammar as xgr
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    budgeted = sim.grammar("json", schema, max_tokens=6)
+    plain = sim.grammar("json", schema, max_tokens=None)
+    own, steered = xgr.allocate_token_bitmask(1, sim.vocab_size), xgr.allocate_token_bitmask(1, sim.vocab_size)
+    plain.fill_bitmask(own, 0)
+
+    def broken(row):
+        if fault == "raises":
+            row.zero_()
+            raise RuntimeError("steering failed")
+        row.zero_()
+
+    budgeted._steer = broken
+    budgeted.plan = b"}"
+    budgeted.fill_bitmask(steered, 0)
+    assert bool((steered == own).all()) and budgeted.plan is None
+    assert any("grammar's own mask stands" in r.getMessage() for r in caplog.records)
