@@ -127,6 +127,10 @@ class Settings:
         1024, "largest minLength / minItems a schema may ask for: above it the grammar matcher's memory grows "
               "with every generated token (a long minLength string reached GBs in 4k tokens), so it is refused", type=int)
     drain_timeout: float = option(30.0, "seconds to finish in-flight requests on SIGTERM", type=float)
+    timeout_keep_alive: int = option(
+        75, "seconds an idle keep-alive connection stays open (uvicorn's flag; nginx's default): above the "
+            "clients' own idle limits (httpx and the OpenAI SDK 5 s, aiohttp 15 s, a cloud load balancer's "
+            "60 s), so a client never sends on a connection the server is closing", type=int)
     precompile: str | None = option(None, "JSON file: list of schemas / tool lists to compile before "
                                           "/health turns ready")
     grammar_compile_timeout: float = option(30.0, "seconds before a compile is answered with 400", type=float)

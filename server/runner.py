@@ -32,10 +32,12 @@ from server.logs import configure_logging
 from server.state import ServerState
 
 if TYPE_CHECKING:  # pragma: no cover - vllm_engine imports vLLM, loaded only when an engine starts
+    from starlette.types import ASGIApp
+
     from server.engine.vllm_engine import EngineOptions
 
 __all__ = ["serve_one_process", "serve_api_process", "engine_options", "build_state", "set_engine_environment",
-           "freeze_startup_heap", "signals_wait_for_engine_shutdown"]
+           "freeze_startup_heap", "signals_wait_for_engine_shutdown", "uvicorn_config"]
 
 log = logging.getLogger("gramserve")
 
@@ -195,9 +197,7 @@ async def _serve(settings: Settings, *, sock: socket.socket | None = None,
     state.ready = True
     app = create_app(state)
     freeze_startup_heap()
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
-                            timeout_graceful_shutdown=max(1, int(settings.drain_timeout)) + 5,
-                            lifespan="off", access_log=False, http=EnvelopeHTTPProtocol)
+    config = uvicorn_config(app, settings, http=EnvelopeHTTPProtocol)
     server = _Server(config, state)
     watcher = asyncio.ensure_future(_watch_engine(state, server))
     log.info("serving", extra={"host": settings.host, "port": settings.port, "model": state.engine.model_name})
@@ -210,6 +210,15 @@ async def _serve(settings: Settings, *, sock: socket.socket | None = None,
     if state.engine_dead:
         return EXIT_ENGINE_DEAD
     return EXIT_DRAIN_CUT if state.cut else 0
+
+
+def uvicorn_config(app: ASGIApp, settings: Settings, *, http: type) -> uvicorn.Config:
+    """uvicorn's settings for one API process: no lifespan, no access log (the gateway writes its own
+    line), a graceful-shutdown limit past the drain, and keep-alive from ``--timeout-keep-alive``."""
+    return uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                          timeout_graceful_shutdown=max(1, int(settings.drain_timeout)) + 5,
+                          timeout_keep_alive=settings.timeout_keep_alive,
+                          lifespan="off", access_log=False, http=http)
 
 
 @contextlib.contextmanager

@@ -45,3 +45,47 @@ def test_a_signal_during_the_engines_shutdown_is_noted_not_obeyed(caplog) -> Non
     assert signal.getsignal(signal.SIGTERM) is before
     noted = [r for r in caplog.records if "while the engine shuts down" in r.getMessage()]
     assert [r.signal for r in noted] == [signal.SIGTERM, signal.SIGINT]
+
+
+def test_an_idle_connection_outlives_the_clients_own_idle_limit() -> None:
+    """The OpenAI SDK (httpx) drops an idle connection after 5 s, as uvicorn's default does: at equal
+    limits a client can send on a connection the server is closing. The server's default is above
+    it: a connection left idle 6 s still answers (uvicorn's 5 s default answers nothing)."""
+    import asyncio
+    import socket
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from server.config import Settings
+    from server.runner import uvicorn_config
+
+    assert Settings().timeout_keep_alive > httpx.Limits().keepalive_expiry + 10
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn_config(app, Settings(host="127.0.0.1", port=sock.getsockname()[1]), http=uvicorn.Config(app).http)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        with socket.create_connection(sock.getsockname(), timeout=5) as conn:
+            request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+            conn.sendall(request)
+            assert conn.recv(4096).endswith(b"ok")
+            time.sleep(6)
+            conn.sendall(request)
+            assert conn.recv(4096).endswith(b"ok"), "the server closed an idle connection within 6 s"
+    finally:
+        server.should_exit = True
+        thread.join(10)
