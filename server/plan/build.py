@@ -103,8 +103,9 @@ class RequestPlan:
 
 def build_plan(state: ServerState, req: ChatCompletionRequest | CompletionRequest | ResponsesRequest, *,
                store: ResponseStore | None = None) -> RequestPlan:
-    """The plan of any API's request (blocking: rendering and grammar compiles; call it off the
-    event loop). Errors are 400s named in the request's own API's terms."""
+    """The plan of any API's request. It may block (grammar compiles, schema analysis): call it off
+    the event loop, or on it inside ``server.loop_budget.inline()``, where each blocking step raises
+    ``OffLoop`` first. Errors are 400s named in the request's own API's terms."""
     if isinstance(req, ResponsesRequest):
         return _responses_plan(state, req, store=store)
     if isinstance(req, CompletionRequest):
@@ -147,8 +148,6 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
         state.renderer, state.engine.tokenizer, messages, tools=tools, add_generation_prompt=True,
         chat_template_kwargs=req.chat_template_kwargs,
     )
-    if state.settings.log_prompts:  # off by default: prompts are user data
-        log.info("prompt", extra={"prompt": prompt, "prompt_tokens": len(prompt_ids)})
     max_tokens = completion_budget(state.engine.max_model_len, len(prompt_ids), req.requested_max_tokens(),
                                    param="max_completion_tokens" if req.max_completion_tokens else "max_tokens",
                                    prompt_param="messages")
@@ -165,6 +164,8 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
         state.engine.tokenizer, (parser.start, parser.end, parser.format.trigger))
     sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
                          skip_special_tokens=not keep_markers)
+    if state.settings.log_prompts:  # off by default: prompts are user data (logged once the plan can no longer
+        log.info("prompt", extra={"prompt": prompt, "prompt_tokens": len(prompt_ids)})  # move off the loop)
     rid = "chatcmpl-" + new_id()
     tool_schemas = spec.tools.schemas if spec.tools else {}  # allowed_tools: calls to the others are not returned
     gen = checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,

@@ -16,6 +16,7 @@ from typing import Any
 from server import metrics
 from server.errors import bad_request
 from server.json_types import nesting_exceeds
+from server.loop_budget import may_block
 from server.lru import BoundedLRU
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
@@ -204,11 +205,14 @@ def checked(spec: ConstraintSpec, *, memo: BoundedLRU[str, BuiltConstraint] | No
     ``cache``: a constraint that does not compile is a 400 here, before any output. The same
     spec again gets the remembered result: shared, so nothing may change it."""
     if spec.empty or memo is None:
+        if not spec.empty:
+            may_block()
         built = build(spec)
     else:
         key = spec.memo_key  # None: not plain JSON, checked every time
         found = memo.get(key) if key is not None else None
         if found is None:
+            may_block()  # a schema analysed, tools checked: never on the event loop
             found = build(spec)
             if key is not None:
                 memo.put(key, found)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from server.engine.vllm_plugin import lower_thread_priority
+from server.loop_budget import may_block
 from server.lru import BoundedLRU
 from server.structured.constraints import JSON_OBJECT, Constraint, _is_lark, _xgr_message
 from server.structured.errors import GRAMMAR_ERRORS
@@ -177,6 +178,7 @@ class GrammarCache:
                 return CompileResult(hit.ok, 0.0, True, hit.error)
             if key in self._stuck:
                 return self._too_slow()
+            may_block()  # a compile (or waiting for one): never on the event loop
             future = self._inflight.get(key)
             if future is None:
                 if len(self._stuck) >= self.max_stuck:
@@ -222,6 +224,7 @@ class GrammarCache:
         hit = self._mins.get(key)
         if hit is not None:
             return hit if hit >= 0 else None
+        may_block()
         found = self._min_tokens(constraint)
         self._mins.put(key, -1 if found is None else found)
         return found

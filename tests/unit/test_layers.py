@@ -12,7 +12,7 @@ SERVER = Path(__file__).resolve().parents[2] / "server"
 TOP = {"server.runner", "server.api_servers", "server.__main__"}  # the process: builds everything
 RANKS = {"server.api": 6, "server.plan": 5, "server.responses": 4, "server.chat": 3, "server.structured": 2,
          "server.engine": 0, "server.lru": -1, "server.histogram": -1,
-         "server.json_types": -1, "server.ids": -1}
+         "server.json_types": -1, "server.ids": -1, "server.loop_budget": -1}
 BASE = 1  # config, errors, logs, metrics, protocol, state, default_model
 
 

@@ -52,3 +52,75 @@ def test_without_a_gateway_everything_goes_through_send() -> None:
     assert not below
     assert [m["type"] for m in wrapped] == ["http.response.start"] + ["http.response.body"] * 3
     assert b"".join(m.get("body", b"") for m in wrapped[1:]) == b"data: a\n\ndata: b\n\n"
+
+
+def _endless(closed: list[str]) -> AsyncIterator[bytes]:
+    async def events() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                yield b"data: x\n\n"
+                await asyncio.sleep(0.001)
+        finally:
+            closed.append("closed")  # guarded_stream aborts the engine request here
+    return events()
+
+
+def test_a_client_disconnect_ends_the_stream_and_runs_its_cleanup() -> None:
+    closed: list[str] = []
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.02)
+        return {"type": "http.disconnect"}
+
+    async def main() -> bool:
+        await SSEResponse(_endless(closed))(_scope(), receive, send)
+        task = asyncio.current_task()
+        assert task is not None
+        await asyncio.sleep(0)  # no cancellation left over for the caller
+        return task.cancelling() == 0
+
+    assert asyncio.run(main())  # returns normally, as Starlette's StreamingResponse does
+    assert closed == ["closed"]
+    assert 1 < sum(m["type"] == "http.response.body" for m in sent)
+    assert not any(m.get("more_body") is False for m in sent)  # cut, not finished
+
+
+def test_the_servers_own_cancellation_still_cancels() -> None:
+    closed: list[str] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(3600)  # the client stays
+        return {"type": "http.disconnect"}
+
+    async def main() -> str:
+        task = asyncio.create_task(SSEResponse(_endless(closed))(_scope(), receive, send))
+        await asyncio.sleep(0.02)
+        task.cancel()  # shutdown
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "returned"
+
+    assert asyncio.run(main()) == "cancelled"
+    assert closed == ["closed"]
+
+
+def test_a_failing_receive_is_not_a_disconnect() -> None:
+    wrapped: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        wrapped.append(message)
+
+    async def receive() -> dict[str, Any]:
+        raise RuntimeError("receive broke")
+
+    asyncio.run(SSEResponse(_events())(_scope(), receive, send))
+    assert b"".join(m.get("body", b"") for m in wrapped[1:]) == b"data: a\n\ndata: b\n\n"

@@ -1,22 +1,21 @@
 """POST /v1/chat/completions."""
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from server.api.lean_route import LeanRoute
 from server.api.routes._body import completion_docs, parse_body
+from server.api.routes._plan import plan_request
 from server.api.sse_response import SSEResponse
 from server.chat.stream_guard import unless_disconnected
 from server.json_types import JsonArray, JsonObject
-from server.plan import build_plan
 from server.plan.chat_frames import chat_response, chat_stream
 from server.protocol import ChatCompletionRequest
 
 __all__ = ["router"]
 
-router = APIRouter()
+router = APIRouter(route_class=LeanRoute)
 
 _HI: JsonArray = [{"role": "user", "content": "What is the weather in Paris?"}]
 _CITY: JsonObject = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -35,7 +34,7 @@ _DOCS = completion_docs(ChatCompletionRequest, "chat.completion", {"message": {
 async def create_chat_completion(request: Request):
     req = await parse_body(request, ChatCompletionRequest)
     state = request.app.state.gs
-    plan = await asyncio.to_thread(build_plan, state, req)  # render + grammar compile off the loop
+    plan = await plan_request(request, req)  # on the loop when cheap (server/loop_budget.py)
     if req.stream:
         return SSEResponse(chat_stream(state, plan))
     body, headers = await unless_disconnected(chat_response(state, plan), request.receive)

@@ -1,15 +1,14 @@
 """POST /v1/responses, GET and DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items."""
 from __future__ import annotations
 
-import asyncio
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from server.api.lean_route import LeanRoute
 from server.api.routes._body import parse_body
+from server.api.routes._plan import plan_request
 from server.api.sse_response import SSEResponse
 from server.chat.stream_guard import unless_disconnected
-from server.plan import build_plan
 from server.plan.response_frames import response_body, response_stream
 from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore
@@ -30,15 +29,17 @@ def _store(request: Request) -> ResponseStore:
     return request.app.state.responses_store
 
 
-@router.post("/v1/responses")
 async def create_response(request: Request):
     req = await parse_body(request, ResponsesRequest)
     state, store = request.app.state.gs, _store(request)
-    plan = await asyncio.to_thread(build_plan, state, req, store=store)  # render + compile off the loop
+    plan = await plan_request(request, req, store=store)  # on the loop when cheap (server/loop_budget.py)
     if req.stream:
         return SSEResponse(response_stream(state, store, plan))
     body, headers = await unless_disconnected(response_body(state, store, plan), request.receive)
     return JSONResponse(body, headers=headers)
+
+
+router.add_api_route("/v1/responses", create_response, methods=["POST"], route_class_override=LeanRoute)
 
 
 @router.get("/v1/responses/{response_id}")
