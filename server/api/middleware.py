@@ -15,7 +15,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server import metrics
 from server.api.routes.playground import PAGE_PATHS
-from server.api.sse_response import BODY_SEND
 from server.errors import APIError, internal_error
 from server.ids import new_id
 from server.state import ServerState
@@ -87,7 +86,6 @@ class GatewayMiddleware:
         headers = dict(raw_headers)
         rid = _request_id(headers.get(b"x-request-id", b""))
         scope.setdefault("state", {})["request_id"] = rid
-        scope[BODY_SEND] = send  # SSE events skip the wrappers below (server/api/sse_response.py)
         started = time.perf_counter()
         status_holder = {"status": 500}
 

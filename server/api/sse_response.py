@@ -2,11 +2,12 @@
 path, and the stream cancelled when the client goes away.
 
 The response start goes through every middleware, which record the status and add headers. Body
-messages pass each middleware below the gateway unchanged (Starlette's exception handlers only note
-that the response started; the gateway only reads the start), so the events go straight to the
-``send`` the gateway received (``BODY_SEND`` in the scope): per event, two coroutine hops and a
-message check fewer on the hottest path of a stream. A middleware added inside the gateway must
-therefore not change body messages (compression, for one, belongs outside it).
+messages pass each middleware unchanged (Starlette's error and exception layers only note that the
+response started; CORS and the gateway only read the start), so the events go straight to the
+server's own ``send``, which the app puts in the scope (``BODY_SEND``, ``server/api/app.py``): per
+event, three coroutine hops and message checks fewer on the hottest path of a stream. A middleware
+added to the app must therefore not change body messages (compression, for one, belongs in front
+of the app, not inside it).
 
 The client's disconnect is watched by one plain asyncio task that cancels the streaming task
 (uvicorn speaks ASGI 2.3, so a send to a closed connection is silently dropped and only
@@ -26,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 __all__ = ["BODY_SEND", "SSE_HEADERS", "SSEResponse"]
 
-BODY_SEND = "gramserve.body_send"  # scope key: the send below which body messages need no wrapper
+BODY_SEND = "gramserve.body_send"  # scope key: the server's send, which body messages take directly
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no caching, no proxy buffering
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 
 from server.chat.custom_tools import InputStream
@@ -28,17 +28,19 @@ from server.protocol import ChatCompletionRequest, usage_dict
 from server.state import ServerState
 from server.structured.budget import closed_by_budget
 
-__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "run_engine"]
+__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "engine_errors", "run_engine"]
 
 log = logging.getLogger("gramserve.stream")
 
 
-async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncGenerator[TokenChunk, None]:
-    """The engine's chunks, with engine failures mapped to API errors."""
-    state.running.add(gen.request_id)
+@contextlib.contextmanager
+def engine_errors(state: ServerState, request_id: str) -> Iterator[None]:
+    """Around iterating one engine request: engine failures raised as API errors, and the request
+    counted as running (a context manager, not a generator wrapping the engine's: one generator
+    hop fewer on the per-token path)."""
+    state.running.add(request_id)
     try:
-        async for c in state.engine.generate(gen):
-            yield c
+        yield
     except EngineAbortedError as exc:
         if state.cut:
             raise APIError("The server is shutting down and cut this response before it finished; retry the "
@@ -51,7 +53,15 @@ async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncGenerator
         state.engine_dead = True
         raise APIError("The engine is not running; retry on another replica.", code="engine_dead") from exc
     finally:
-        state.running.discard(gen.request_id)
+        state.running.discard(request_id)
+
+
+async def run_engine(state: ServerState, gen: GenerateRequest) -> AsyncGenerator[TokenChunk, None]:
+    """The engine's chunks, with engine failures mapped to API errors (the reasoning budget's
+    phases; a plain run iterates the engine inside :func:`engine_errors` itself)."""
+    with engine_errors(state, gen.request_id):
+        async for c in state.engine.generate(gen):
+            yield c
 
 
 def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionRequest, *, streaming: bool) -> MessageStream:
@@ -135,11 +145,13 @@ class Run:
         self.running: str | None = None  # the engine request in flight (until it ended cleanly)
         self._checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
 
-    def _chunks(self, prompt: Prompt) -> AsyncGenerator[TokenChunk, None]:
-        """One engine request, or two phases when the thinking is capped."""
+    def _chunks(self, prompt: Prompt) -> tuple[AsyncIterator[TokenChunk], contextlib.AbstractContextManager[None]]:
+        """One engine request and its error mapping, or two phases when the thinking is capped
+        (each phase mapped by ``run_engine``)."""
         if self.plan.reasoning_budget is None:
-            return run_engine(self.state, prompt.gen)
-        return budgeted_chunks(self.state, prompt.gen, self.plan.reasoning_budget, run=run_engine)
+            return self.state.engine.generate(prompt.gen), engine_errors(self.state, prompt.gen.request_id)
+        return (budgeted_chunks(self.state, prompt.gen, self.plan.reasoning_budget, run=run_engine),
+                contextlib.nullcontext())
 
     async def updates(self) -> AsyncGenerator[Update, None]:
         """The answer as it is generated: per prompt a :class:`PromptStarted`, then one
@@ -152,16 +164,18 @@ class Run:
             yield PromptStarted(i, prompt)
             self.running = prompt.gen.request_id
             choices = self.choices[i * n:(i + 1) * n]
-            async with contextlib.aclosing(self._chunks(prompt)) as chunks:
-                async for c in chunks:
-                    timer.on_chunk(c)
-                    ch = choices[c.index]
-                    ch.tokens += c.num_tokens
-                    if ch.finish:  # the turn ended at a repeated call: the rest is ignored
-                        continue
-                    yield self._update(ch, c)
-                    if ch.finish and all(x.finish for x in choices):
-                        break
+            source, errors = self._chunks(prompt)
+            with errors:
+                async with contextlib.aclosing(source) as chunks:  # type: ignore[type-var]
+                    async for c in chunks:
+                        timer.on_chunk(c)
+                        ch = choices[c.index]
+                        ch.tokens += c.num_tokens
+                        if ch.finish:  # the turn ended at a repeated call: the rest is ignored
+                            continue
+                        yield self._update(ch, c)
+                        if ch.finish and all(x.finish for x in choices):
+                            break
             if any(x.stream is not None and x.stream.repeat for x in choices):
                 await self._stop_after_repeat(prompt.gen.request_id)
             self.running = None

@@ -104,3 +104,35 @@ def test_a_failure_ends_the_stream_in_one_write(make_app) -> None:
     assert len(writes) == 2
     last = _events(writes[1])
     assert len(last) == 2 and b'"error"' in last[0] and last[1] == DONE
+
+
+def test_events_go_to_the_servers_own_send(make_app) -> None:
+    """The app puts the server's ``send`` in the scope; every event of a stream is sent with it
+    directly, not through the middleware wrappers (server/api/app.py, server/api/sse_response.py)."""
+    import sys
+
+    from server.api.sse_response import BODY_SEND
+
+    built = make_app(script=lambda req: PIECES)
+    raw = json.dumps({"messages": USER, "stream": True}).encode()
+    depth: list[int] = []
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            caller = sys._getframe(1)
+            depth.append(caller.f_code.co_name == "__call__" and "sse_response" in caller.f_code.co_filename)
+
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+             "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+             "client": ("127.0.0.1", 1), "server": ("test", 80)}
+    asyncio.run(built.app(scope, receive, send))
+    assert scope[BODY_SEND] is send
+    assert depth and all(depth)  # each event: sent by the SSE response itself, no wrapper between
