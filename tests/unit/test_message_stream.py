@@ -64,6 +64,22 @@ def test_new_tool_call_id_shape() -> None:
     assert all(i.startswith("call_") and len(i) == 29 and i[5:].isalnum() and i.isascii() for i in ids)
 
 
+def test_new_tool_call_id_is_uniform_over_the_alphabet() -> None:
+    from collections import Counter
+
+    counts = Counter("".join(new_tool_call_id()[5:] for _ in range(5000)))  # 120,000 characters
+    assert len(counts) == 62  # every letter and digit; ~1,935 each
+    assert max(counts.values()) / min(counts.values()) < 1.3  # a modulo bias would make 8 of them 1.5x
+
+
+def test_new_tool_call_id_draws_again_when_too_many_bytes_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import server.messages.deltas as deltas
+
+    reads = iter([bytes([255] * 10 + [0] * 22), bytes(range(32))])  # 22 kept, then 32 kept
+    monkeypatch.setattr(deltas.os, "urandom", lambda n: next(reads))
+    assert new_tool_call_id() == "call_" + "abcdefghijklmnopqrstuvwx"
+
+
 def _qwen_hermes(**kw: object) -> MessageStream:
     return MessageStream(
         tool_parser=get_tool_parser("hermes"), reasoning_parser=get_reasoning_parser("qwen3", tool_start=("<tool_call>",)),
