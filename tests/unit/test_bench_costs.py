@@ -1,4 +1,5 @@
-"""bench/stream_cost.py and bench/prepare_cost.py run (small sizes), so the tables they print stay real."""
+"""bench/stream_cost.py, bench/route_cost.py and bench/prepare_cost.py run (small sizes), so the tables they print
+stay real."""
 from __future__ import annotations
 
 import asyncio
@@ -12,6 +13,33 @@ from bench import prepare_cost, stream_cost
 def test_stream_cost_measures_a_whole_stream(workload):
     cost = asyncio.run(stream_cost.measure(workload, 64, 1))
     assert 0 < cost < 100_000  # CPU microseconds per token
+
+
+def test_route_cost_streams_through_both_apps():
+    from bench import route_cost
+
+    costs = route_cost.measure("tools", 8, requests=8, concurrency=2)
+    assert set(costs) == {"gramserve", "bare"} and all(0 < c < 1_000_000 for c in costs.values())  # µs a request
+
+
+def test_route_cost_bare_app_sends_every_chunk_then_usage_and_done(make_app):
+    from bench.route_cost import BareApp
+
+    built = make_app(script=lambda req: ["a", "b", "c"])
+    raw = b'{"messages": [{"role": "user", "content": "hi"}], "stream": true}'
+    sent: list[dict] = []
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+
+    async def receive():
+        return messages.pop()
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(BareApp(built.state)({"type": "http"}, receive, send))
+    bodies = [m["body"] for m in sent[1:]]
+    assert len(bodies) == 4 and bodies[-1].endswith(b"data: [DONE]\n\n") and b'"usage"' in bodies[-1]
+    assert b"".join(bodies[:3]).count(b'"content"') == 3
 
 
 def test_prepare_cost_requests_are_valid_chat_requests():
