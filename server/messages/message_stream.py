@@ -266,12 +266,13 @@ class MessageStream:
         sent = self._sent
         call = sent.tool_calls[-1]
         grown = call.arguments + text
-        try:
-            with self._arguments_scan.active():
-                if scan_value(grown, 0) is not None:
-                    return None
-        except JsonError:
-            return None
+        if not self._arguments_scan.grow_inside_string(call.arguments, grown):  # plain text in a string: no scan
+            try:
+                with self._arguments_scan.active():
+                    if scan_value(grown, 0) is not None:
+                        return None
+            except JsonError:
+                return None
         self._sent = Parsed(sent.reasoning, sent.content, sent.tool_calls[:-1] + (ToolCallPart(call.name, grown, False),),
                             sent.tool_call_ids)
         index = len(self._done.calls) + len(sent.tool_calls) - 1

@@ -403,3 +403,45 @@ def test_malformed_region_ends_where_parsing_resumes(parser: str) -> None:
     assert start in (0, text.index("{")) and end is not None and text[end:].lstrip("\n").startswith(get_tool_parser(parser).start)
     cut = text.index(",,") + 3  # streaming: the region stays open until its end is seen
     assert get_tool_parser(parser).parse(text[:cut], final=False).malformed == ((start, None),)
+
+
+@pytest.mark.parametrize(("old", "added", "grows"), [
+    ('{"text": "lorem', " ipsum", True),          # plain text inside a value string
+    ('{"te', "xt", True),                         # inside a key
+    ('{"text": "lorem', ' ip"', False),            # the string ends: scan
+    ('{"text": "lorem', " a\\nb", False),          # an escape: scan
+    ('{"text": "lorem', " a\tb", False),           # a raw control character (invalid JSON): scan
+    ('{"text": "lorem\\', "n more", False),        # an escape was pending at the end
+    ('{"n": 12', "3", False),                      # not inside a string
+])
+def test_scan_cache_grows_inside_a_string_exactly_as_a_scan_would(old: str, added: str, grows: bool) -> None:
+    from tool_parsers._scan import JsonError, ScanCache, scan_value
+
+    cache = ScanCache()
+    with cache.active():
+        assert scan_value(old, 0) is None
+    new = old + added
+    assert cache.grow_inside_string(old, new) is grows
+    if grows:
+        fresh = ScanCache()
+        with fresh.active():
+            assert scan_value(new, 0) is None  # a scan says the same: still open and valid
+        assert cache._entries == fresh._entries
+        more = new + ('"}' if '": "' in new else '": 1}')  # the value's string, or the key's, closed
+        with cache.active():
+            assert scan_value(more, 0) == len(more)  # later scans resume from the noted state
+    else:
+        try:
+            with cache.active():
+                scan_value(new, 0)  # the normal scan still works after a refusal
+        except JsonError:
+            pass
+
+
+def test_scan_cache_grows_only_the_text_it_last_scanned() -> None:
+    from tool_parsers._scan import ScanCache, scan_value
+
+    cache = ScanCache()
+    with cache.active():
+        scan_value('{"a": "x', 0)
+    assert not cache.grow_inside_string('{"a": "y', '{"a": "yz')  # another text: scan it
