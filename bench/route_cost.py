@@ -34,17 +34,12 @@ class BareApp:
         self.state = state
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        from bench.transport_floor import read_body
         from server.chat.sse import DONE, ContentFrames, chunk, sse_event
         from server.plan import build_plan
         from server.protocol import ChatCompletionRequest, usage_dict
 
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        plan = build_plan(self.state, ChatCompletionRequest.model_validate_json(body))
+        plan = build_plan(self.state, ChatCompletionRequest.model_validate_json(await read_body(receive)))
         frames = ContentFrames(id=plan.id, created=plan.created, model="m")
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
         tokens = 0

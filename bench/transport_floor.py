@@ -25,7 +25,17 @@ import json
 import time
 from typing import Any
 
-__all__ = ["TransportFloorApp", "main"]
+__all__ = ["TransportFloorApp", "main", "read_body"]
+
+
+async def read_body(receive: Any) -> bytes:
+    """A request's whole body, as any bare ASGI app reads it."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
 
 
 class TransportFloorApp:
@@ -47,13 +57,7 @@ class TransportFloorApp:
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
             await send({"type": "http.response.body", "body": b'{"status":"ok"}'})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        await self._stream(json.loads(body), send)
+        await self._stream(json.loads(await read_body(receive)), send)
 
     async def _stream(self, body: dict[str, Any], send: Any) -> None:
         from server.chat.sse import DONE, ContentFrames, chunk, sse_event
