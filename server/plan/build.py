@@ -164,8 +164,10 @@ def _chat_plan(state: ServerState, req: ChatCompletionRequest, *, api: Api,
         state.engine.tokenizer, (parser.start, parser.end, parser.format.trigger))
     sampling = _sampling(state, req, max_tokens=max_tokens, logprobs=(req.top_logprobs or 0) if req.logprobs else None,
                          skip_special_tokens=not keep_markers)
-    if state.settings.log_prompts:  # off by default: prompts are user data (logged once the plan can no longer
-        log.info("prompt", extra={"prompt": prompt, "prompt_tokens": len(prompt_ids)})  # move off the loop)
+    # off by default (prompts are user data); logged after every step that may move the plan off the loop,
+    # so a plan built again in a thread (server/loop_budget.py) logs its prompt once
+    if state.settings.log_prompts:
+        log.info("prompt", extra={"prompt": prompt, "prompt_tokens": len(prompt_ids)})
     rid = "chatcmpl-" + new_id()
     tool_schemas = spec.tools.schemas if spec.tools else {}  # allowed_tools: calls to the others are not returned
     gen = checked(state.engine, GenerateRequest(request_id=rid, prompt_token_ids=prompt_ids, sampling=sampling,
