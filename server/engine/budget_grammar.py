@@ -172,6 +172,7 @@ class BudgetGrammar:
         self._bytes_at = -1
         self._walked_at = -1
         self._last_token: int | None = None
+        self._copy: _Matcher | None = None  # this step's copy of the matcher (see _work)
 
     # -- vLLM's grammar interface -----------------------------------------------------------
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
@@ -214,9 +215,11 @@ class BudgetGrammar:
             self._steer(row)
         except Exception:  # noqa: BLE001 - never worse than the plain grammar: log, restore its mask
             log.exception("budget closing failed; the grammar's own mask stands")
-            self.inner.fill_bitmask(bitmask, idx)  # (its mask again: steering only reads copies of the matcher)
+            self.inner.fill_bitmask(bitmask, idx)  # (its mask again: steering only tries things on a copy)
             self.plan = None
             return
+        finally:
+            self._copy = None
         if not bool(row.any()):  # an empty row would end the request on a refused token
             log.error("budget closing left no token allowed (%d taken of %d); the grammar's own mask stands",
                       self.taken, self.header.max_tokens)
@@ -224,18 +227,24 @@ class BudgetGrammar:
             self.plan = None
 
     # -- the budget ---------------------------------------------------------------------------
-    def _matcher(self) -> _Matcher:
-        inner = self.inner
-        if hasattr(inner, "matcher"):
-            return XGrammarBytes(inner.matcher)
-        return GuidanceBytes(inner.ll_matcher, self.tables.vocab)
+    def _work(self) -> _Matcher:
+        """This step's copy of the grammar's matcher: every trial of the step is taken on it and
+        undone. One copy a step, never one a trial; the live matcher sees no trial (a refused byte
+        leaves memory in an XGrammar matcher that each later copy of it would carry)."""
+        if self._copy is None:
+            inner = self.inner
+            if hasattr(inner, "matcher"):
+                self._copy = XGrammarBytes(inner.matcher.fork())
+            else:
+                self._copy = GuidanceBytes(inner.ll_matcher.deep_copy(), self.tables.vocab)
+        return self._copy
 
     def _ending(self, *, look_ahead: bool) -> bytes | None:
         if look_ahead:
-            return shortest_completion(self._matcher(), self.header.closers, look_ahead=True)
+            return shortest_completion(self._work(), self.header.closers, look_ahead=True)
         data = self._reused()
         if data is None:
-            data = shortest_completion(self._matcher(), self.header.closers)
+            data = shortest_completion(self._work(), self.header.closers)
             self._walked_at = self.taken
         self._bytes, self._bytes_at = data, self.taken
         return data
@@ -249,10 +258,12 @@ class BudgetGrammar:
             return None
         written = self.tables.token_bytes[self._last_token] if self._last_token is not None else b""
         rest = last[len(written):] if written and last.startswith(written) else last
-        trial = self._matcher().fork()
-        if rest and not trial.accept(rest):
-            return None
-        return rest if trial.can_stop() else None
+        m = self._work()
+        mark = m.mark()
+        try:
+            return rest if (not rest or m.accept(rest)) and m.can_stop() else None
+        finally:
+            m.back_to(mark)
 
     def _count(self, data: bytes) -> int:
         count = self.tables.vocab.count(data)
@@ -313,7 +324,7 @@ class BudgetGrammar:
             return
         # neutral tokens only where the grammar forces nothing (not inside a key name, whose rest a
         # short token would split into more tokens than the ending counted)
-        keep = self.tables.neutral[: row.shape[0]].clone() if not self._matcher().forced() else row.new_zeros(row.shape)
+        keep = self.tables.neutral[: row.shape[0]].clone() if not self._work().forced() else row.new_zeros(row.shape)
         first = self._first(row, ending)
         row &= _with(keep, self.stop_ids + ([first] if first is not None else []))
 
@@ -322,8 +333,8 @@ class BudgetGrammar:
         opens something (a bracket, a quote, a comma...) is tried on a copy: one whose shortest ending
         would not fit in the tokens left after it is banned. An array item or an optional property
         can cost far more than the whole answer's minimum, so no fixed margin is enough."""
-        matcher = self._matcher()
-        if matcher.forced() or matcher.fork().accept(PROBE):
+        matcher = self._work()
+        if matcher.forced() or matcher.takes(PROBE):
             return
 
         def fits(trial: _Matcher) -> bool:
@@ -351,8 +362,12 @@ class BudgetGrammar:
         tokens = [t for t in tokens if t not in stops]
         if len(tokens) > _TRY_AT_MOST:
             return
-        matcher = self._matcher()
+        m = self._work()
         for token in tokens:
-            trial = matcher.fork()
-            if not (trial.accept_token(token) and keep_if(trial)):
+            mark = m.mark()
+            try:
+                keep = m.accept_token(token) and keep_if(m)
+            finally:
+                m.back_to(mark)
+            if not keep:
                 row[token // 32] &= ~_bit(token)

@@ -6,7 +6,7 @@ tool call's end marker), so the engine can steer to the shortest valid ending on
 left only just cover it (``server/engine/budget_grammar.py``), and the front end can refuse a
 budget too small for any valid answer before generating (``server/structured/budget.py``).
 
-:func:`shortest_completion` walks a copy of the grammar matcher, one move at a time:
+:func:`shortest_completion` walks the grammar matcher one move at a time, and undoes the moves:
 
 1. stop when the grammar may end here;
 2. take the text the grammar forces (XGrammar's jump-forward string, llguidance's forced bytes);
@@ -128,12 +128,27 @@ def closers_of(value: JsonValue, *, styles: Iterable[str] = ()) -> tuple[str, ..
 
 
 class ByteMatcher(Protocol):
-    """The grammar matcher as the walk sees it (adapters: XGrammar's and llguidance's)."""
+    """The grammar matcher as the walk sees it (adapters: XGrammar's and llguidance's).
+
+    Trials are taken and undone (:meth:`mark`, :meth:`back_to`) rather than run on copies: a
+    copy costs several times a step, and XGrammar copies grow with every byte a matcher refused
+    (about 100 bytes each, never freed), so a walk that copied its own matcher got slower with
+    every step. A walk copies a matcher at most once, where it starts.
+    """
 
     def fork(self) -> ByteMatcher: ...
 
     def accept(self, data: bytes) -> bool:
         """Take ``data`` if the grammar allows all of it (else change nothing)."""
+
+    def takes(self, data: bytes) -> bool:
+        """Whether the grammar allows all of ``data`` here (nothing changes)."""
+
+    def mark(self) -> int:
+        """A point to come back to with :meth:`back_to` (what was taken so far)."""
+
+    def back_to(self, mark: int) -> None:
+        """Undo what was taken since ``mark``."""
 
     def forced(self) -> bytes:
         """The bytes the grammar forces next (b"" when there is a choice)."""
@@ -143,18 +158,36 @@ class ByteMatcher(Protocol):
 
 
 class XGrammarBytes:
-    """An ``xgrammar.GrammarMatcher`` as a :class:`ByteMatcher`."""
+    """An ``xgrammar.GrammarMatcher`` as a :class:`ByteMatcher` (each accept is one rollback step)."""
 
-    __slots__ = ("m",)
+    __slots__ = ("m", "steps")
 
     def __init__(self, matcher: xgr.GrammarMatcher) -> None:
         self.m = matcher
+        self.steps = 0
 
     def fork(self) -> XGrammarBytes:
         return XGrammarBytes(self.m.fork())
 
     def accept(self, data: bytes) -> bool:
-        return bool(self.m.accept_string(data))
+        if self.m.accept_string(data):  # (a refused string changes nothing: XGrammar undoes its bytes)
+            self.steps += 1
+            return True
+        return False
+
+    def takes(self, data: bytes) -> bool:
+        if self.m.accept_string(data):
+            self.m.rollback(1)
+            return True
+        return False
+
+    def mark(self) -> int:
+        return self.steps
+
+    def back_to(self, mark: int) -> None:
+        if self.steps > mark:
+            self.m.rollback(self.steps - mark)
+            self.steps = mark
 
     def forced(self) -> bytes:
         try:
@@ -166,16 +199,20 @@ class XGrammarBytes:
         return bool(self.m.is_completed())
 
     def accept_token(self, token: int) -> bool:
-        return bool(self.m.accept_token(token))
+        if self.m.accept_token(token):
+            self.steps += 1
+            return True
+        return False
 
 
 class GuidanceBytes:
     """An ``llguidance.LLMatcher`` as a byte matcher (bytes go in as the vocabulary's tokens)."""
 
-    __slots__ = ("m", "vocab")
+    __slots__ = ("m", "steps", "vocab")
 
     def __init__(self, matcher: LLMatcher, vocab: Vocab) -> None:
         self.m, self.vocab = matcher, vocab
+        self.steps = 0  # tokens taken through this adapter
 
     def fork(self) -> GuidanceBytes:
         return GuidanceBytes(self.m.deep_copy(), self.vocab)
@@ -186,10 +223,26 @@ class GuidanceBytes:
             return not data
         taken = self.m.try_consume_tokens(tokens)
         if taken == len(tokens):
+            self.steps += taken
             return True
         if taken:
             self.m.rollback(taken)
         return False
+
+    def takes(self, data: bytes) -> bool:
+        mark = self.steps
+        if self.accept(data):
+            self.back_to(mark)
+            return True
+        return False
+
+    def mark(self) -> int:
+        return self.steps
+
+    def back_to(self, mark: int) -> None:
+        if self.steps > mark:
+            self.m.rollback(self.steps - mark)
+            self.steps = mark
 
     def forced(self) -> bytes:
         return bytes(self.m.compute_ff_bytes())
@@ -198,63 +251,70 @@ class GuidanceBytes:
         return bool(self.m.is_accepting())
 
     def accept_token(self, token: int) -> bool:
-        return self.m.try_consume_tokens([token]) == 1
+        if self.m.try_consume_tokens([token]) == 1:
+            self.steps += 1
+            return True
+        return False
 
 
 def _free(m: ByteMatcher) -> bool:
-    return m.fork().accept(PROBE)
+    return m.takes(PROBE)
 
 
-def _after(m: ByteMatcher, closer: bytes) -> ByteMatcher | None:
-    """A copy of ``m`` after ``closer`` and the text it forces (None when the grammar refuses it)."""
-    trial = m.fork()
-    if not trial.accept(closer):
-        return None
-    forced = trial.forced()
-    if forced:
-        trial.accept(forced)
-    return trial
-
-
-def _exits(m: ByteMatcher, closer: bytes) -> bool:
-    """``closer`` leaves the free text (or ends the answer)."""
-    trial = _after(m, closer)
-    return trial is not None and (trial.can_stop() or not _free(trial))
-
-
-def _ends(m: ByteMatcher, closer: bytes) -> bool:
-    """``closer`` ends the answer."""
-    trial = _after(m, closer)
-    return trial is not None and trial.can_stop()
+def _closes(m: ByteMatcher, closer: bytes, *, ends: bool) -> bool:
+    """``closer`` (and the text it forces) ends the answer, or with ``ends`` False, at least
+    leaves the free text. ``m`` is left as it was."""
+    mark = m.mark()
+    try:
+        if not m.accept(closer):
+            return False
+        forced = m.forced()
+        if forced:
+            m.accept(forced)
+        return m.can_stop() or (not ends and not _free(m))
+    finally:
+        m.back_to(mark)
 
 
 def shortest_completion(matcher: ByteMatcher, closers: Sequence[str] = (), *, max_steps: int = 512,
                         look_ahead: bool = False) -> bytes | None:
     """The bytes that finish ``matcher``'s text as a complete answer (b"" when it may end now),
-    or None when the walk finds no ending within ``max_steps`` moves. ``matcher`` is not changed.
+    or None when the walk finds no ending within ``max_steps`` moves.
+
+    The walk runs on ``matcher`` itself and undoes every step, so its state ends as it began;
+    pass a copy of a matcher that is still in use (an XGrammar matcher keeps some memory for each
+    byte it refused, and copies it with every fork).
 
     ``look_ahead``: where the grammar allows several bytes outside free text (which property
     comes next, which branch), try each with a plain walk and keep the shortest. Several times
     the cost; it finds the ending that skips optional properties the byte order would take.
     """
-    if look_ahead:
-        plain = shortest_completion(matcher, closers, max_steps=max_steps)
-        work = [LOOK_AHEAD_WORK]
-        ahead = _walk(matcher, closers, max_steps, plain, work)
-        return ahead if ahead is not None and (plain is None or len(ahead) < len(plain)) else plain
-    return _walk(matcher, closers, max_steps, None, [max_steps])
+    plain = _walk(matcher, closers, max_steps, None, [max_steps])
+    if not look_ahead:
+        return plain
+    ahead = _walk(matcher, closers, max_steps, plain, [LOOK_AHEAD_WORK])
+    return ahead if ahead is not None and (plain is None or len(ahead) < len(plain)) else plain
 
 
 #: Steps all the walks of one look-ahead may take together (then the plain walk's ending stands).
 LOOK_AHEAD_WORK = 3000
 
 
-def _walk(matcher: ByteMatcher, closers: Sequence[str], max_steps: int, hint: bytes | None,
+def _walk(m: ByteMatcher, closers: Sequence[str], max_steps: int, hint: bytes | None,
           work: list[int]) -> bytes | None:
-    """One walk; with a ``hint`` (a plain walk's ending), branches are chosen by looking ahead.
-    ``work`` counts down the steps left to every walk of one look-ahead (None when spent)."""
+    """One walk on ``m``, undone before it returns; with a ``hint`` (a plain walk's ending),
+    branches are chosen by looking ahead. ``work`` counts down the steps left to every walk of one
+    look-ahead (None when spent)."""
+    mark = m.mark()
+    try:
+        return _steps(m, closers, max_steps, hint, work)
+    finally:
+        m.back_to(mark)
+
+
+def _steps(m: ByteMatcher, closers: Sequence[str], max_steps: int, hint: bytes | None,
+           work: list[int]) -> bytes | None:
     look_ahead = hint is not None
-    m = matcher.fork()
     exits = [b'"'] + [c.encode() for c in closers if c.encode() != b'"']
     out = bytearray()
     recent: deque[bytes] = deque(maxlen=32)
@@ -271,9 +331,9 @@ def _walk(matcher: ByteMatcher, closers: Sequence[str], max_steps: int, hint: by
             out += forced
             continue
         if _free(m):
-            step = next((c for c in exits if _exits(m, c)), None)
+            step = next((c for c in exits if _closes(m, c, ends=False)), None)
         else:  # a closer that ends the answer here (a calls section's end) beats any byte
-            step = next((c for c in exits[1:] if _ends(m, c)), None)
+            step = next((c for c in exits[1:] if _closes(m, c, ends=True)), None)
         if step is not None:
             m.accept(step)
         else:
@@ -293,22 +353,26 @@ def _best_branch(m: ByteMatcher, closers: Sequence[str], max_steps: int, hint: b
                  work: list[int]) -> bytes | None:
     """Of the bytes the grammar allows here (the first four of ORDER and those of ``hint``, the
     plain walk's ending), the one whose plain walk ends soonest; None when fewer than two are
-    allowed (the plain walk decides alone)."""
+    allowed (the plain walk decides alone). ``m`` is left as it was."""
     wanted = set(hint)
-    allowed: list[tuple[bytes, ByteMatcher]] = []
+    allowed: list[bytes] = []
     for byte in ORDER:
         if len(allowed) >= 4 and byte[0] not in wanted:
             continue
-        trial = m.fork()
-        if trial.accept(byte):
-            allowed.append((byte, trial))
+        if m.takes(byte):
+            allowed.append(byte)
             if len(allowed) == 12:
                 break
     if len(allowed) < 2:
         return None
     best: tuple[int, bytes] | None = None
-    for byte, trial in allowed:
-        rest = _walk(trial, closers, max_steps if best is None else best[0], None, work)
+    for byte in allowed:
+        mark = m.mark()
+        m.accept(byte)
+        try:
+            rest = _walk(m, closers, max_steps if best is None else best[0], None, work)
+        finally:
+            m.back_to(mark)
         if rest is not None and (best is None or len(rest) < best[0]):
             best = (len(rest), byte)
     return None if best is None else best[1]

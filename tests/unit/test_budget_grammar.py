@@ -200,3 +200,51 @@ def test_a_failed_steer_leaves_the_grammars_own_mask(sim, fault, caplog):
     budgeted.fill_bitmask(steered, 0)
     assert bool((steered == own).all()) and budgeted.plan is None
     assert any("grammar's own mask stands" in r.getMessage() for r in caplog.records)
+
+
+class _Watched:
+    """A live XGrammar matcher that counts what steering does to it."""
+
+    def __init__(self, matcher) -> None:
+        self._m = matcher
+        self.forks = 0
+        self.trials: list[str] = []
+
+    def fork(self):
+        self.forks += 1
+        return self._m.fork()
+
+    def __getattr__(self, name):
+        if name in ("accept_string", "rollback"):
+            self.trials.append(name)
+        return getattr(self._m, name)
+
+
+@pytest.mark.parametrize("kind", ["json", "structural_tag"])
+def test_steering_copies_the_live_matcher_once_a_step_and_tries_nothing_on_it(sim, kind):
+    """Every trial of a step runs on one copy and is undone there: a refused byte leaves memory in
+    an XGrammar matcher that each later copy would carry, so the live matcher must see none."""
+    from bench.budget_close import simulate
+
+    if kind == "json":
+        spec, closers = SCHEMAS["required nested"], ()
+    else:
+        fmt = tool_formats()["hermes"]
+        spec = {"type": "structural_tag", "format": tool_call_format(fmt, TOOLS[:2], mode="required", parallel=True)}
+        closers = closers_of(spec, styles=[fmt.arguments_style])
+    for budget in (24, 40, 64):
+        grammar = sim.grammar(kind, spec, max_tokens=budget, closers=closers)
+        watched = grammar.inner.matcher = _Watched(grammar.inner.matcher)
+        calls = 0
+        fill = grammar.fill_bitmask
+
+        def counted(bitmask, idx, fill=fill):
+            nonlocal calls
+            calls += 1
+            fill(bitmask, idx)
+
+        grammar.fill_bitmask = counted
+        run = simulate(sim, grammar, max_tokens=budget, rng=random.Random(budget), p_stop=0.02)
+        assert grammar.taken == len(run.tokens)
+        assert 0 < watched.forks <= calls, (budget, watched.forks, calls)
+        assert watched.trials == [], budget

@@ -103,6 +103,51 @@ def test_llguidance_matchers_walk_the_same_way(info):
     assert ending is not None and not _valid(schema, '{"a": "x' + ending.decode())
 
 
+@pytest.mark.parametrize("name", ["required nested", "anyOf", "pattern and format", "top-level array"])
+def test_a_walk_leaves_its_matcher_as_it_found_it(compiler, info, name):
+    """The walk takes its steps on the matcher itself and undoes them all: the mask, the forced
+    text and what the matcher takes next are the same after it, at every prefix."""
+    schema = SCHEMAS[name]
+    ctx = compiler.compile_json_schema(json.dumps(schema))
+    answer = shortest_completion(XGrammarBytes(xgr.GrammarMatcher(ctx)), look_ahead=True)
+    assert answer is not None
+    bitmask = xgr.allocate_token_bitmask(1, info.vocab_size)
+    for cut in range(len(answer)):
+        live = xgr.GrammarMatcher(ctx)
+        assert live.accept_string(answer[:cut])
+        m = XGrammarBytes(live)
+        live.fill_next_token_bitmask(bitmask)
+        before = (bitmask.clone(), live.find_jump_forward_string(), live.is_completed())
+        assert shortest_completion(m, look_ahead=True) is not None
+        live.fill_next_token_bitmask(bitmask)
+        assert bool((bitmask == before[0]).all()), answer[:cut]
+        assert (live.find_jump_forward_string(), live.is_completed()) == before[1:]
+        assert m.steps == 0 and live.accept_string(answer[cut:]) and live.is_completed()
+
+
+def test_takes_and_back_to_in_both_adapters(info):
+    import llguidance as llg
+
+    from server.structured.grammar_cache import GrammarCache
+
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+              "additionalProperties": False}
+    vocab = Vocab([bytes(t) for t in info.decoded_vocab], special=info.special_token_ids)
+    grammar = llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults={"whitespace_flexible": False})
+    ctx = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(schema), any_whitespace=False,
+                                                        separators=(",", ":"))
+    for m in (XGrammarBytes(xgr.GrammarMatcher(ctx)),
+              GuidanceBytes(llg.LLMatcher(GrammarCache(info)._ll_tokenizer(info), grammar), vocab)):
+        assert m.accept(b'{"a":"')
+        start = m.mark()
+        assert m.takes(b"xy") and not m.takes(b"\"}}")
+        assert m.mark() == start  # a trial took nothing
+        assert m.accept(b"xy") and m.accept(b'"') and m.accept(b"}") and m.can_stop()
+        m.back_to(start)
+        assert not m.can_stop() and m.forced() == b"" and m.accept(b'z"}') and m.can_stop(), type(m)
+        assert not m.accept(b"}") and m.can_stop()  # refused: nothing changed
+
+
 def test_vocab_writes_bytes_as_few_tokens(info):
     vocab = Vocab([bytes(t) for t in info.decoded_vocab], special=info.special_token_ids)
     tokens = vocab.tokens(b'{"name": "x"}')
