@@ -175,6 +175,12 @@ def test_tokens_of_a_row_and_when_there_are_too_many_to_try() -> None:
         row = torch.tensor([rng.choice([0, -1, 1 << 30, -(1 << 31), rng.randrange(-(1 << 31), 1 << 31)])
                             for _ in range(50)], dtype=torch.int32)
         assert _tokens_of(row) == [t for t in range(32 * 50) if _allows(row, t)]
+    # a 150k-token row with a few bits, as at a choice between structures: only their words are read
+    row = torch.zeros(151_936 // 32, dtype=torch.int32)
+    chosen = sorted(rng.sample(range(151_936), 9)) + [151_935]
+    for token in chosen:
+        row[token // 32] |= _bit(token)
+    assert _tokens_of(row, at_most=10) == sorted(set(chosen)) and _tokens_of(torch.zeros_like(row)) == []
 
 
 @pytest.mark.parametrize("fault", ["raises", "empties"])
