@@ -6,19 +6,31 @@ does (fill the mask, sample, accept), with a sampler that picks any allowed toke
 A random writer never finishes on its own, so every answer depends on the closing: the unit
 tests sweep budgets with it, and ``python -m bench.budget_close`` prints the per-token cost of
 the budget check next to the plain grammar's (the mask fill), on the same token sequences.
+
+The unit tests' budget sweeps live here too (:func:`json_runs`, :func:`tool_runs`,
+:func:`guidance_runs`: each constraint from its shortest answer upwards). ``--sweep`` runs them all
+and prints the time spent in ``fill_bitmask`` and a digest of every token written; with ``--trees``
+several checkouts' ``server/`` run this file's sweeps side by side, alternating, so a change to the
+closing reads as "same tokens, less time" (or not)::
+
+    python -m bench.budget_close --sweep --rounds 2 --trees /tmp/base,.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Sim", "Simulated", "simulate"]
+__all__ = ["Sim", "Simulated", "floor_tokens", "guidance_runs", "json_runs", "simulate", "tool_runs"]
 
 
 @dataclass
@@ -144,16 +156,119 @@ def _cost_table(sim: Sim, schemas: list[Any], *, budget: int, seed: int) -> list
     return rows
 
 
+def floor_tokens(sim: Sim, grammar: Any, closers: tuple[str, ...] = ()) -> int:
+    """The tokens of the shortest whole answer ``grammar`` (a fresh vLLM grammar object) allows."""
+    from server.engine.budget_plan import GuidanceBytes, XGrammarBytes, shortest_completion
+
+    if hasattr(grammar, "matcher"):
+        matcher: Any = XGrammarBytes(grammar.matcher)
+    else:
+        matcher = GuidanceBytes(grammar.ll_matcher, sim.tables.vocab)
+    ending = shortest_completion(matcher, closers, look_ahead=True)
+    if ending is None:
+        raise AssertionError("no ending found from the start")
+    count = sim.tables.vocab.count(ending)
+    return len(ending) if count is None else count
+
+
+def json_runs(sim: Sim, sent: Any) -> Iterator[tuple[int, Simulated]]:
+    """An XGrammar JSON schema's answers at budgets from its shortest answer upwards."""
+    floor = floor_tokens(sim, sim.grammar("json", sent, max_tokens=None))
+    for budget in range(floor, floor + 36, 5):
+        yield budget, simulate(sim, sim.grammar("json", sent, max_tokens=budget), max_tokens=budget,
+                               rng=random.Random(budget), p_stop=0.02)
+
+
+def tool_runs(sim: Sim, family: str, tools: list[tuple[str, Any]]) -> Iterator[tuple[int, Simulated]]:
+    """Parallel required calls in ``family``'s format, at budgets from the shortest call upwards."""
+    from server.engine.budget_plan import closers_of
+    from server.structured.tool_grammar import tool_call_format, tool_formats
+
+    fmt = tool_formats()[family]
+    tag = {"type": "structural_tag", "format": tool_call_format(fmt, tools, mode="required", parallel=True)}
+    closers = closers_of(tag, styles=[fmt.arguments_style])
+    floor = floor_tokens(sim, sim.grammar("structural_tag", tag, max_tokens=None), closers)
+    for budget in range(floor, floor + 48, 8):
+        yield budget, simulate(sim, sim.grammar("structural_tag", tag, max_tokens=budget, closers=closers),
+                               max_tokens=budget, rng=random.Random(budget), p_stop=0.05)
+
+
+def guidance_runs(sim: Sim, sent: Any) -> Iterator[tuple[int, Simulated]]:
+    """An llguidance JSON schema's answers at four budgets from its shortest answer."""
+    floor = floor_tokens(sim, sim.guidance_grammar(sent, max_tokens=None))
+    for budget in (floor, floor + 8, floor + 24, floor + 48):
+        yield budget, simulate(sim, sim.guidance_grammar(sent, max_tokens=budget), max_tokens=budget,
+                               rng=random.Random(budget), p_stop=0.02)
+
+
+def _sweep(sim: Sim) -> dict[str, Any]:
+    """Every sweep of the unit tests: seconds in fill_bitmask by kind, and a digest of the tokens."""
+    from server.structured.tool_grammar import tool_formats
+    from tests.unit.budget_cases import TOOLS, guidance_cases, xgrammar_cases
+
+    runs = {"json": [json_runs(sim, sent) for _, sent in xgrammar_cases().values()],
+            "tools": [tool_runs(sim, family, TOOLS[:2]) for family in sorted(tool_formats())],
+            "llguidance": [guidance_runs(sim, sent) for _, sent in guidance_cases().values()]}
+    digest = hashlib.sha256()
+    seconds: dict[str, float] = {}
+    for kind, sweeps in runs.items():
+        seconds[kind] = 0.0
+        for sweep in sweeps:
+            for budget, run in sweep:
+                seconds[kind] += sum(run.fill_seconds)
+                digest.update(json.dumps([kind, budget, run.tokens]).encode())
+    return {"seconds": seconds, "digest": digest.hexdigest()[:16]}
+
+
+def _sweep_trees(trees: list[str], rounds: int) -> None:
+    results: dict[str, list[dict[str, Any]]] = {tree: [] for tree in trees}
+    for _ in range(rounds):
+        for tree in trees:
+            out = f"/tmp/budget_sweep_{os.getpid()}.json"
+            subprocess.run([sys.executable, "-m", "bench.budget_close", "--sweep", "--json-out", out,
+                            "--server-from", os.path.abspath(tree)], check=True, stderr=subprocess.DEVNULL)
+            with open(out) as f:
+                results[tree].append(json.load(f))
+    print("seconds in fill_bitmask over the unit tests' budget sweeps (SmolLM2 vocabulary), best of"
+          f" {rounds}; the digest is of every token written")
+    print("| tree | json | tools | llguidance | all | tokens digest |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for tree, got in results.items():
+        best = {kind: min(r["seconds"][kind] for r in got) for kind in got[0]["seconds"]}
+        digests = sorted({r["digest"] for r in got})
+        print(f"| {tree} | {best['json']:.2f} | {best['tools']:.2f} | {best['llguidance']:.2f} "
+              f"| {sum(best.values()):.2f} | {', '.join(digests)} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=int, default=96)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sweep", action="store_true", help="the unit tests' budget sweeps: fill time, tokens digest")
+    parser.add_argument("--trees", default=".", help="with --sweep: comma-separated checkouts, side by side")
+    parser.add_argument("--rounds", type=int, default=1, help="with --sweep: runs of each tree (best kept)")
+    parser.add_argument("--json-out", help=argparse.SUPPRESS)  # a child's answer
+    parser.add_argument("--server-from", help=argparse.SUPPRESS)  # a child's checkout for server/, tool_parsers/
     args = parser.parse_args(argv)
+    if args.server_from:
+        # this bench's sweeps and cases (tests.unit.budget_cases, imported first) drive the other
+        # checkout's server/ and tool_parsers/ (imported after, so from there): an older tree need
+        # not have the sweep
+        import tests.unit.budget_cases  # noqa: F401
+
+        sys.path.insert(0, args.server_from)
+    if args.sweep and not args.json_out:
+        _sweep_trees(args.trees.split(","), args.rounds)
+        return
     from transformers import AutoTokenizer
 
     from server.default_model import ensure_default_model
 
     sim = Sim(AutoTokenizer.from_pretrained(str(ensure_default_model())))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(_sweep(sim), f)
+        return
     from tests.unit.budget_cases import SCHEMAS
 
     print(f"mask fill per token (us), SmolLM2 vocabulary, budget {args.budget}, random writer")

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMAS", "TOOLS", "bench_schemas"]
+__all__ = ["SCHEMAS", "TOOLS", "bench_schemas", "guidance_cases", "xgrammar_cases"]
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -72,3 +72,33 @@ def _bfcl_tools(count: int) -> list[tuple[str, Any]]:
 
 #: BFCL tools: (name, parameters).
 TOOLS: list[tuple[str, Any]] = _bfcl_tools(4)
+
+
+def xgrammar_cases() -> dict[str, tuple[Any, Any]]:
+    """The hand-written and JSONSchemaBench schemas that run on XGrammar: name -> (schema, as sent)."""
+    from server.structured.schema_plan import decide_schema
+
+    out = {}
+    for name, schema in {**SCHEMAS, **bench_schemas()}.items():
+        decision = decide_schema(schema)
+        if decision.backend == "xgrammar":
+            out[name] = (schema, decision.xgrammar_schema)
+    return out
+
+
+def guidance_cases(count: int = 4) -> dict[str, tuple[Any, Any]]:
+    """The first ``count`` vendored GitHub schemas that run on llguidance: name -> (schema, as sent)."""
+    from server.structured.schema_plan import decide_schema
+
+    out = {}
+    for path in sorted((DATA / "jsonschemabench").glob("Github_*/*.json")):
+        schema = json.loads(path.read_text())["schema"]
+        try:
+            decision = decide_schema(schema)
+        except Exception:  # noqa: BLE001 - a schema refused outright is not a case
+            continue
+        if decision.backend == "llguidance" and len(json.dumps(schema)) < 6000:
+            out[path.stem] = (schema, decision.llguidance_schema)
+        if len(out) == count:
+            break
+    return out

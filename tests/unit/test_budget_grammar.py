@@ -12,25 +12,15 @@ import random
 import pytest
 from jsonschema import Draft202012Validator
 
-from server.engine.budget_plan import XGrammarBytes, closers_of, shortest_completion
-from server.structured.schema_plan import decide_schema
+from server.engine.budget_plan import closers_of
 from server.structured.tool_grammar import tool_call_format, tool_formats
-from tests.unit.budget_cases import SCHEMAS, TOOLS, bench_schemas
+from tests.unit.budget_cases import SCHEMAS, TOOLS, guidance_cases, xgrammar_cases
 
 #: Families whose call format the walk cannot yet end (no floor, no closing: cut as before).
 NOT_CLOSED: dict[str, str] = {}
 
 
-def _xgrammar_schemas():
-    out = {}
-    for name, schema in {**SCHEMAS, **bench_schemas()}.items():
-        decision = decide_schema(schema)
-        if decision.backend == "xgrammar":
-            out[name] = (schema, decision.xgrammar_schema)
-    return out
-
-
-JSON_CASES = _xgrammar_schemas()
+JSON_CASES = xgrammar_cases()
 
 
 @pytest.fixture(scope="module")
@@ -42,28 +32,17 @@ def sim(hf_model_dir):
     return Sim(AutoTokenizer.from_pretrained(str(hf_model_dir)))
 
 
-def _floor(sim, ctx, closers=()):
-    import xgrammar as xgr
-
-    ending = shortest_completion(XGrammarBytes(xgr.GrammarMatcher(ctx)), closers, look_ahead=True)
-    assert ending is not None
-    return sim.tables.vocab.count(ending)
-
-
 def test_a_dozen_schemas_are_swept():
     assert len(JSON_CASES) >= 12, sorted(JSON_CASES)
 
 
 @pytest.mark.parametrize("name", sorted(JSON_CASES))
 def test_json_answers_end_valid_at_every_budget(sim, name):
-    from bench.budget_close import simulate
+    from bench.budget_close import json_runs
 
     schema, sent = JSON_CASES[name]
-    floor = _floor(sim, sim.compiler.compile_json_schema(json.dumps(sent)))
     closed = 0
-    for budget in range(floor, floor + 36, 5):
-        run = simulate(sim, sim.grammar("json", sent, max_tokens=budget), max_tokens=budget,
-                       rng=random.Random(budget), p_stop=0.02)
+    for budget, run in json_runs(sim, sent):
         assert len(run.tokens) <= budget
         errors = [e.message for e in Draft202012Validator(schema).iter_errors(json.loads(run.text))]
         assert not errors, (budget, run.text, errors)
@@ -74,20 +53,15 @@ def test_json_answers_end_valid_at_every_budget(sim, name):
 @pytest.mark.parametrize("family", sorted(tool_formats()))
 def test_required_calls_end_complete_at_every_budget(sim, family):
     """Parallel required calls: the call in progress closes schema-valid, no half call follows."""
-    from bench.budget_close import simulate
+    from bench.budget_close import tool_runs
     from tool_parsers import get_tool_parser
 
     if family in NOT_CLOSED:
         pytest.xfail(NOT_CLOSED[family])
-    fmt = tool_formats()[family]
     tools = TOOLS[:2]
-    tag = {"type": "structural_tag", "format": tool_call_format(fmt, tools, mode="required", parallel=True)}
-    closers = closers_of(tag, styles=[fmt.arguments_style])
-    floor = _floor(sim, sim.compiler.compile_structural_tag(json.dumps(tag)), closers)
     parser = get_tool_parser(family).with_tools(dict(tools))
-    for budget in range(floor, floor + 48, 8):
-        run = simulate(sim, sim.grammar("structural_tag", tag, max_tokens=budget, closers=closers),
-                       max_tokens=budget, rng=random.Random(budget), p_stop=0.05)
+    for budget, run in tool_runs(sim, family, tools):
+        assert len(run.tokens) <= budget
         parsed = parser.parse(run.text, final=True)
         assert parsed.tool_calls and not parsed.errors, (budget, run.text, parsed.errors)
         for call in parsed.tool_calls:
@@ -113,43 +87,18 @@ def test_nothing_is_forced_far_from_the_end(sim):
         assert plain.accept_tokens("t", tokens) and wrapped.accept_tokens("t", tokens)
 
 
-def _guidance_schemas():
-    import glob
-    from pathlib import Path
-
-    out = {}
-    for path in sorted(glob.glob(str(Path(__file__).resolve().parents[1] / "data/jsonschemabench/Github_*/*.json"))):
-        schema = json.loads(Path(path).read_text())["schema"]
-        try:
-            decision = decide_schema(schema)
-        except Exception:  # noqa: BLE001 - a schema refused outright is not this test's
-            continue
-        if decision.backend == "llguidance" and len(json.dumps(schema)) < 6000:
-            out[Path(path).stem] = (schema, decision.llguidance_schema)
-        if len(out) == 4:
-            break
-    return out
-
-
-GUIDANCE_CASES = _guidance_schemas()
+GUIDANCE_CASES = guidance_cases()
 
 
 @pytest.mark.parametrize("name", sorted(GUIDANCE_CASES))
 def test_llguidance_answers_end_valid_at_every_budget(sim, name):
     """The same under llguidance, whose mask may allow fewer tokens than the bytes they spell
     (forced text only as its own tokens): each forced token is picked from the live mask."""
-    from bench.budget_close import simulate
-    from server.engine.budget_plan import GuidanceBytes
+    from bench.budget_close import guidance_runs
 
     schema, sent = GUIDANCE_CASES[name]
-    start = sim.guidance_grammar(sent, max_tokens=None)
-    ending = shortest_completion(GuidanceBytes(start.ll_matcher, sim.tables.vocab), look_ahead=True)
-    assert ending is not None
-    floor = sim.tables.vocab.count(ending)
     closed = 0
-    for budget in (floor, floor + 8, floor + 24, floor + 48):
-        run = simulate(sim, sim.guidance_grammar(sent, max_tokens=budget), max_tokens=budget,
-                       rng=random.Random(budget), p_stop=0.02)
+    for budget, run in guidance_runs(sim, sent):
         assert len(run.tokens) <= budget
         errors = [e.message for e in Draft202012Validator(schema).iter_errors(json.loads(run.text))]
         assert not errors, (budget, run.text, errors)
