@@ -46,7 +46,9 @@ CALL_OPEN, CALL_CLOSE = f"{OPEN}call", f"{CLOSE}call{SEP}"
 ARG_OPEN, ARG_CLOSE = f"{OPEN}argument", f"{CLOSE}argument{SEP}"
 JSON_OPEN, JSON_CLOSE = f"{OPEN}json", f"{CLOSE}json{SEP}"
 MARKERS = (RESPONSE_OPEN, RESPONSE_CLOSE, TOOLS_OPEN, TOOLS_CLOSE, MESSAGE_CLOSE)  # never content
-_WRAPPERS = (RESPONSE_OPEN, RESPONSE_CLOSE, MESSAGE_CLOSE)  # dropped where they stand
+# dropped where they stand (a tools-channel close outside the channel too: a marker is never content,
+# and a marker the loop below neither drops nor opens would stop it at the same place for ever)
+_WRAPPERS = (RESPONSE_OPEN, RESPONSE_CLOSE, MESSAGE_CLOSE, TOOLS_CLOSE)
 _ATTR = re.compile(r'(\w+)="([^"]*)"')
 _IN_TOOLS = "in_tools"  # resume word: between calls of the tools channel
 

@@ -173,3 +173,17 @@ def test_the_parser_types_arguments_by_any_json_schema(schema: Any) -> None:
     parser = get_family("kimi_k3").parser.with_tools({"get_weather": {"properties": {"city": schema, "days": schema}}})
     (call,) = parser.parse(CALLS["template_types_numbers_as_number"], final=True).tool_calls
     assert json.loads(call.arguments) == {"city": "Paris", "days": 3, "unit": "celsius"}
+
+
+@pytest.mark.parametrize("final", [False, True])
+def test_a_stray_tools_close_in_content_is_dropped_and_the_parse_goes_on(final: bool) -> None:
+    """Outside the tools channel its close is dropped like the wrappers (a marker is never
+    content); the parse once stopped there for ever."""
+    from tool_parsers.kimi_k3 import TOOLS_CLOSE
+
+    parser = get_family("kimi_k3").parser
+    parsed = parser.parse(f"before {TOOLS_CLOSE}after", final=final)
+    assert parsed.content == "before after" and parsed.tool_calls == ()
+    call = parser.write([("f", {"a": 1})])
+    parsed = parser.parse(f"x{TOOLS_CLOSE}{call}", final=True)
+    assert parsed.content == "x" and [c.name for c in parsed.tool_calls] == ["f"]

@@ -209,3 +209,32 @@ def test_split_at_settles_only_what_every_continuation_keeps(name: str, thinking
                     more, after, _ = parser.split_at(text[pos:m], final=final, inside=True)
                     assert whole == (reasoning + more, after), (text[:m], pos)
     assert settled_points > 50
+
+
+@pytest.mark.parametrize("name", REASONING_PARSERS)
+def test_every_split_ends_whatever_the_markers_stand(name: str) -> None:
+    """Any text ends its split: the markers alone, twice, out of order or inside one another, at
+    every prefix, thinking or not, inside a block or not (a hang there would hang the server)."""
+    import signal
+
+    def hung(signum: int, frame: Any) -> None:
+        raise AssertionError(f"{name}: a split did not end within 20 s")
+
+    tool = "<tool_call>"
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        for thinking in (True, False):
+            p = get_reasoning_parser(name, thinking=thinking, tool_start=(tool,))
+            markers = [m for m in (p.start, p.end, tool) if m]
+            texts = [f"{p.start}why{p.end}answer"]
+            for m in markers:
+                texts += [f"hello {m} tail", m + m, f"a{m}b{m}c", f"{p.end}{m}{p.start}"]
+            for text in texts:
+                for end in range(len(text) + 1):
+                    for final in (False, True):
+                        for inside in (False, True):
+                            p.split_at(text[:end], final=final, inside=inside)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

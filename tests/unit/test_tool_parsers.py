@@ -445,3 +445,43 @@ def test_scan_cache_grows_only_the_text_it_last_scanned() -> None:
     with cache.active():
         scan_value('{"a": "x', 0)
     assert not cache.grow_inside_string('{"a": "y', '{"a": "yz')  # another text: scan it
+
+
+def _markers_of(name: str) -> list[str]:
+    """Every marker a family's parser knows: its call format's pieces, its start and end, and a
+    module's own ``MARKERS`` (section and channel markers the format does not list)."""
+    import sys
+
+    parser = get_tool_parser(name)
+    f = parser.format
+    pieces = [f.trigger, f.section_begin, f.call_begin, f.name_end, f.call_end, f.separator, f.section_end,
+              parser.start, parser.end, *getattr(sys.modules[type(parser).__module__], "MARKERS", ())]
+    return sorted({p for p in pieces if p.strip()})
+
+
+@pytest.mark.parametrize("parser", TOOL_PARSERS)
+def test_every_parse_ends_whatever_the_markers_stand(parser: str) -> None:
+    """Any text ends its parse: each marker alone in content, twice, or out of place, and a whole
+    call with a marker dropped or added, at every prefix, final or not. (A parser loop that could
+    stop at a stray marker without moving on would hang the server on that model output.)"""
+    import signal
+
+    def hung(signum: int, frame: Any) -> None:
+        raise AssertionError(f"{parser}: a parse did not end within 20 s")
+
+    p = get_tool_parser(parser).with_tools({"f": {"type": "object", "properties": {"a": {"type": "integer"}}}})
+    call = p.write([("f", {"a": 1})])
+    texts = [call, call + call]
+    for m in _markers_of(parser):
+        texts += [f"hello {m} tail", m, m + m, f"{m}{call}", f"{call}{m}", call.replace(m, "", 1),
+                  call.replace(m, m + m, 1), f"a{m}b{m}c"]
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        for text in texts:
+            for end in range(len(text) + 1):
+                for final in (False, True):
+                    p.parse(text[:end], final=final)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
