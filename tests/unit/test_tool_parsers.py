@@ -5,6 +5,7 @@ MessageStream and an independent delta reconstructor (see parser_contract.py).""
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import pytest
@@ -475,6 +476,9 @@ def test_every_parse_ends_whatever_the_markers_stand(parser: str) -> None:
     for m in _markers_of(parser):
         texts += [f"hello {m} tail", m, m + m, f"{m}{call}", f"{call}{m}", call.replace(m, "", 1),
                   call.replace(m, m + m, 1), f"a{m}b{m}c"]
+    rng = random.Random(parser)  # and markers mixed at random with JSON and XML punctuation
+    atoms = _markers_of(parser) + ["f", "a", "1", " ", "\n", "{", "}", "[", "]", '"', ":", ",", "=", "<", ">", "/", "("]
+    texts += ["".join(rng.choice(atoms) for _ in range(rng.randrange(2, 14))) for _ in range(60)]
     old = signal.signal(signal.SIGALRM, hung)
     signal.alarm(20)
     try:
