@@ -25,7 +25,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 __all__ = ["WORKLOADS", "tokens_of", "measure", "main"]
 
@@ -80,6 +79,16 @@ def _hermes_many_keys(n: int) -> list[str]:
     return _wrap('<tool_call>\n{"name": "save", "arguments": {"rows": [', items, "]}}\n</tool_call>", n)
 
 
+def _hermes_short_calls(n: int) -> list[str]:
+    """Call after call with short arguments: the call's start (marker, name) is most of the text."""
+    out: list[str] = []
+    k = 0
+    while len(out) < n:
+        out.extend(tokens_of(f'<tool_call>\n{{"name": "save_user_record", "arguments": {{"id": {k}}}}}\n</tool_call>\n'))
+        k += 1
+    return out[:n]
+
+
 def _reasoning_then_content(n: int) -> list[str]:
     half = n // 2
     return tokens_of("<think>") + _prose(half) + tokens_of("</think>\n\n") + _prose(n - half)
@@ -101,11 +110,12 @@ WORKLOADS: dict[str, tuple[str | None, str | None, Callable[[int], list[str]]]] 
     "content (tools: hermes)": ("hermes", None, _content),
     "hermes long string arg": ("hermes", None, _hermes_long_arg),
     "hermes many keys": ("hermes", None, _hermes_many_keys),
+    "hermes short calls": ("hermes", None, _hermes_short_calls),
     "reasoning then content (qwen3+hermes)": ("hermes", "qwen3", _reasoning_then_content),
     "llama3_json long arg": ("llama3_json", None, _llama3_json),
     "mistral long arg": ("mistral", None, _mistral),
 }
-TOOL_NAMES = ("write_file", "save")
+TOOL_NAMES = ("write_file", "save", "save_user_record")
 
 
 def measure(tool: str | None, reasoning: str | None, tokens: list[str], *, repeats: int) -> tuple[float, int]:
@@ -151,12 +161,10 @@ def _run(repeats: int) -> dict[str, dict[int, float]]:
 
 
 def _extract(rev: str, into: Path) -> None:
-    paths = ["tool_parsers", "reasoning_parsers"]
-    old = "server/chat/message_stream.py"  # where MessageStream lived before it moved into tool_parsers
-    if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:{old}"], capture_output=True).returncode == 0:
-        paths += ["server/__init__.py", "server/chat/__init__.py", old]
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], check=True,
-                             capture_output=True).stdout
+    """That revision's parsers and the server package around MessageStream (which moved over
+    time), so the stream and its parsers are both the revision's."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "tool_parsers", "reasoning_parsers", "server"],
+                             check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
 
 
@@ -195,10 +203,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.src is not None:
         sys.path.insert(0, str(args.src.resolve()))
+        import server
         import tool_parsers
 
-        if not Path(tool_parsers.__file__).resolve().is_relative_to(args.src.resolve()):
-            raise SystemExit(f"--src: imported {tool_parsers.__file__}, not the copy in {args.src}")
+        for module in (tool_parsers, server):
+            if not Path(module.__file__ or "").resolve().is_relative_to(args.src.resolve()):
+                raise SystemExit(f"--src: imported {module.__file__}, not the copy in {args.src}")
     after = _run(args.repeats)
     if args.json:
         print(json.dumps(after))

@@ -15,6 +15,7 @@ them. Parsers never build constraints themselves.
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -155,6 +156,12 @@ class ToolParser(ABC):
     # content and reasoning, so the server runs it on every request (tools or not; calls are then
     # dropped) and keeps special tokens in the output when its markers are special.
     channels: ClassVar[bool] = False
+    # Chunks that cannot make a held call sendable: while the last call of a parse is open with
+    # nothing to send yet (no name, or no arguments begun), a chunk all of this pattern is not parsed
+    # (MessageStream); the next parse sees it, as if the two chunks had come as one. A malformed
+    # call shows one chunk later then, a well-formed call's first delta never does. None: parse
+    # every chunk (formats where a word can open the arguments, e.g. an XML parameter's name).
+    held_inert: ClassVar[re.Pattern[str] | None] = None
 
     def __init__(self, **data: object) -> None:
         """A variant as data: ``name``, ``start``, ``end`` or ``format`` given here override the

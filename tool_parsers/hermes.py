@@ -13,6 +13,7 @@ unless the call's name had already been streamed.
 """
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from ._blocks import BlockToolParser
@@ -33,6 +34,8 @@ class HermesToolParser(BlockToolParser):
     format: ClassVar[CallFormat] = CallFormat(
         trigger="<tool_call>", section_begin="", call_begin='<tool_call>\n{"name": "', name_end='", "arguments": ',
         call_end="}\n</tool_call>", separator="\n", section_end="")
+    # letters, digits, _ and spaces neither end the name's string nor open the arguments' value
+    held_inert: ClassVar[re.Pattern[str] | None] = re.compile(r"[\w ]+")
 
     def _block(self, text: str, body: int, *, final: bool, errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
         p = skip_ws(text, body)

@@ -76,6 +76,7 @@ __all__ = [
 ]
 
 FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
+SKIP_HELD = True  # tests turn it off to compare with a parse of every chunk (ToolParser.held_inert)
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 
 
@@ -129,7 +130,7 @@ class MessageStream:
         self._ids: list[str] = []
         self._finished = False
         self._repeat: str | None = None  # set once a duplicate call ended the turn
-        self._parsed_args: dict[str, object] = {}  # arguments text -> JSON value (parsed once, not per token)
+        self._parsed_args: dict[str, object] = {}  # arguments text -> JSON value, frozen (parsed once, not per token)
         self._start("")
 
     def _start(self, text: str) -> None:
@@ -156,6 +157,8 @@ class MessageStream:
         self._arguments_scan = ScanCache()  # the open arguments' JSON scan, resumed token by token
         self._synced = False  # what was sent is the last parse of the whole tail
         self._headed: set[int] = set()  # malformed regions whose well-formed head was already sent
+        self._held = False  # the last parse ends in a call with nothing to send yet (see feed)
+        self._settled_calls = _CallsSeen()  # the repeat check's record of the settled calls (see _without_repeats)
 
     @property
     def text(self) -> str:
@@ -192,6 +195,10 @@ class MessageStream:
             self._done.content.append(text_delta)
             return MessageDelta(None, text_delta, ()) if self._streaming else None
         self._append(text_delta)
+        if self._held and SKIP_HELD and self._synced and not self._in_reasoning:
+            inert = self._tool_parser.held_inert if self._tool_parser is not None else None
+            if inert is not None and inert.fullmatch(text_delta):
+                return None  # nothing of the held call can be sent after this chunk: the next parse reads it
         delta = self._extend_arguments(text_delta) if self._open_arguments and FAST_ARGUMENTS else None
         if delta is None:
             delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
@@ -396,6 +403,9 @@ class MessageStream:
         if record:
             self._tail_errors = result.errors
             self._bad = result.malformed
+            last_call = result.tool_calls[-1] if result.tool_calls else None
+            self._held = (last_call is not None and not last_call.complete
+                          and (last_call.name is None or last_call.arguments == ""))
         kept: list[ToolCallPart] = []
         dropped: list[str] = []
         cp = result.checkpoint
@@ -423,7 +433,7 @@ class MessageStream:
             self._tail_dropped = tuple(dropped)
         first = len(self._done.calls)
         if self._guard:
-            kept = self._without_repeats(self._done.calls + kept)[first:]
+            kept = self._without_repeats(kept)
         while len(self._ids) < first + len(kept):
             self._ids.append(self._new_id())
         parsed = Parsed(reasoning + result.reasoning, result.content, tuple(kept),
@@ -493,24 +503,64 @@ class MessageStream:
         self._scan_cache.clear()
         return True
 
-    def _without_repeats(self, calls: list[ToolCallPart]) -> list[ToolCallPart]:
-        """``calls`` up to the first repeat (which ends the turn), holding back an unfinished
-        call to a function already called (it may turn out to be a repeat)."""
-        seen: list[tuple[str, object]] = []
-        for i, call in enumerate(calls):
-            earlier = [args for name, args in seen if name == call.name]
-            if not call.complete:
-                return calls[:i] if earlier else calls
-            args = self._parsed_args.get(call.arguments)
-            if args is None:
-                args = self._parsed_args[call.arguments] = _arguments_value(call.arguments)
-            if any(args == other for other in earlier):
-                if self._repeat is None:
-                    self._repeat = (f"tool call {i} repeats an earlier call to {call.name!r} with the same "
-                                    "arguments; the turn ended there (the model was looping)")
-                return calls[:i]
-            seen.append((call.name or "", args))
-        return calls
+    def _without_repeats(self, kept: list[ToolCallPart]) -> list[ToolCallPart]:
+        """The calls after the settled ones (``kept``) up to the first repeat (which ends the
+        turn), holding back an unfinished call to a function already called (it may turn out to
+        be a repeat). The settled calls are read once, as they settle (their record grows with
+        them), so a turn of many calls costs the same per token at its end as at its start."""
+        seen = self._settled_calls
+        done = self._done.calls
+        while seen.upto < len(done) and seen.stop is None:  # the calls settled since the last parse
+            seen.stop = self._check(done[seen.upto], seen.upto, (seen.calls,))
+            seen.upto += 1
+        if seen.stop is not None:  # the settled calls already decided: all or none of the rest
+            return kept if seen.stop == "all" else []
+        layers: tuple[dict[str, set[object]], ...] = (seen.calls, {})  # this parse's calls on top, the record as it was
+        for i, call in enumerate(kept):
+            stop = self._check(call, len(done) + i, layers)
+            if stop is not None:
+                return kept if stop == "all" else kept[:i]
+        return kept
+
+    def _check(self, call: ToolCallPart, i: int, layers: tuple[dict[str, set[object]], ...]) -> str | None:
+        """Call ``i`` of the turn against the calls before it (``layers``: name -> their arguments,
+        frozen; the call goes into the last layer when it passes): None to go on, "all" to keep it
+        and every call after it unchecked (an unfinished call to a name not called yet), "cut" to
+        end the turn's calls before it."""
+        if not call.complete:
+            called = call.name is not None and any(call.name in layer for layer in layers)
+            return "cut" if called else "all"
+        name = call.name or ""
+        args = self._parsed_args.get(call.arguments)
+        if args is None:
+            args = self._parsed_args[call.arguments] = _frozen(_arguments_value(call.arguments))
+        if any(args in layer.get(name, ()) for layer in layers):
+            if self._repeat is None:
+                self._repeat = (f"tool call {i} repeats an earlier call to {call.name!r} with the same "
+                                "arguments; the turn ended there (the model was looping)")
+            return "cut"
+        layers[-1].setdefault(name, set()).add(args)
+        return None
+
+
+@dataclass
+class _CallsSeen:
+    """The repeat check's record of the settled calls: their arguments by name, how many were
+    read, and (once one of them decided it) "all" or "cut" for every later call."""
+
+    calls: dict[str, set[object]] = field(default_factory=dict)
+    upto: int = 0
+    stop: str | None = None
+
+
+def _frozen(value: object) -> object:
+    """A parsed JSON value as a hashable one that is equal exactly when the values are (``==``:
+    objects whatever their key order, ``1 == 1.0``), so a repeat is found by a set lookup."""
+    if isinstance(value, dict):
+        return frozenset((k, _frozen(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
 
 
 def _arguments_value(arguments: str) -> object:

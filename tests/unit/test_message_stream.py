@@ -390,3 +390,47 @@ def test_text_that_leaves_the_arguments_open_skips_the_parse(opening: str, token
     stream.finish()
     final = stream.final_message()
     assert [(c.name, json.loads(c.arguments)) for c in final.tool_calls] == [("f", expected)]
+
+
+_HELD = [p for p in TOOL_PARSERS if get_tool_parser(p).held_inert is not None]
+
+
+@pytest.mark.parametrize("parser", _HELD)
+def test_a_held_call_skips_inert_chunks_and_sends_the_same_deltas(parser: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ToolParser.held_inert``: while a call's name is being written, chunks of only letters,
+    digits, ``_`` and spaces are not parsed. Against a parse of every chunk: the same message and
+    the same deltas put together, each well-formed call's first delta at the same chunk, fewer parses."""
+    from bench.parse_cost import tokens_of
+
+    p = get_tool_parser(parser)
+    names = ["calculate_triangle_area_2", "get weather", "f"]
+    rng = random.Random(f"held-{parser}")
+    parses = {False: 0, True: 0}
+    for i in range(40):
+        calls = [(rng.choice(names), {"base": rng.randint(0, 99), "note": "a b_c"}) for _ in range(rng.randint(1, 3))]
+        text = rng.choice(["", "Sure, calling it now. "]) + p.write(calls)
+        well_formed = i % 3 != 2
+        if not well_formed:  # cut, or a word where JSON punctuation belongs
+            text = rng.choice([text[: rng.randint(1, len(text))], text.replace('", "', '" bogus "', 1)])
+        chunks = tokens_of(text) if i % 2 else [text[k:k + 3] for k in range(0, len(text), 3)]
+        got = {}
+        for skip in (False, True):
+            monkeypatch.setattr(message_stream, "SKIP_HELD", skip)
+            ids = iter(f"call_{k}" for k in range(100))
+            stream = MessageStream(tool_parser=p, reasoning_parser=None, tool_names=names,
+                                   id_factory=lambda: next(ids), guard_repeats=True)
+            advance = stream._advance
+
+            def counted(*, final: bool, advance=advance, skip=skip) -> MessageDelta | None:
+                parses[skip] += 1
+                return advance(final=final)
+
+            monkeypatch.setattr(stream, "_advance", counted)
+            deltas = [stream.feed(c) for c in chunks] + [stream.finish()]
+            firsts = [k for k, d in enumerate(deltas) for tc in (d.tool_calls if d else ()) if tc.id is not None]
+            got[skip] = (stream.final_message(), stream.parsed, firsts)
+        assert got[True][:2] == got[False][:2], (text, chunks)
+        if well_formed:
+            assert got[True][2] == got[False][2], (text, chunks)
+    assert parses[True] < 0.9 * parses[False], parses  # (a name of several tokens is skipped over)

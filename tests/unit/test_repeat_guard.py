@@ -46,6 +46,39 @@ def test_duplicate_ends_the_turn(streaming: bool) -> None:
         assert sent_names == ["get_weather", "get_weather"]  # the duplicate's header never went out
 
 
+@pytest.mark.parametrize(("first", "again"), [
+    ({"a": 1, "b": [1, {"c": None}]}, '{"b": [1.0, {"c": null}], "a": 1}'),  # key order, 1 == 1.0
+    ({"s": "x"}, '{"s": "x"}'),
+])
+def test_a_repeat_is_found_among_hundreds_of_settled_calls(first: dict[str, Any], again: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settled calls are recorded once as they settle (not compared again every token): a
+    repeat of the first of 300 calls is still found, equal as parsed JSON is equal."""
+    hermes = get_tool_parser("hermes")
+    s = _stream(guard_repeats=True)
+    s.feed(hermes.write([("f", first)]) + "\n")
+    for k in range(299):
+        for piece in _pieces(hermes.write([("f", {"k": k})]) + "\n"):
+            s.feed(piece)
+    checks = 0
+    check = s._check
+
+    def counted(*args: Any) -> str | None:
+        nonlocal checks
+        checks += 1
+        return check(*args)
+
+    monkeypatch.setattr(s, "_check", counted)
+    pieces = _pieces(hermes.write([("f", {"k": -1})]) + "\n")
+    for piece in pieces:
+        s.feed(piece)
+    assert checks <= 12 * len(pieces), (checks, len(pieces))  # the calls after the checkpoint, not all 300, each feed
+    s.feed('<tool_call>\n{"name": "f", "arguments": ' + again + "}\n</tool_call>\nmore")
+    s.finish()
+    final = s.final_message()
+    assert len(final.tool_calls) == 301 and len(final.repeated) == 1 and "tool call 301" in final.repeated[0]
+
+
 def test_second_call_to_a_function_is_held_until_complete() -> None:
     s = _stream(guard_repeats=True)
     s.feed(P)
