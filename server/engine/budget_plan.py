@@ -29,7 +29,7 @@ import json
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from server.json_types import JsonValue
 
@@ -157,10 +157,28 @@ class ByteMatcher(Protocol):
         """Whether the text so far is a complete answer."""
 
 
-class XGrammarBytes:
-    """An ``xgrammar.GrammarMatcher`` as a :class:`ByteMatcher` (each accept is one rollback step)."""
+class _Steps:
+    """What both adapters share: the steps taken through the adapter, undone with the matcher's
+    own ``rollback`` (XGrammar's counts accepted strings and tokens, llguidance's tokens)."""
 
     __slots__ = ("m", "steps")
+
+    m: Any
+    steps: int
+
+    def mark(self) -> int:
+        return self.steps
+
+    def back_to(self, mark: int) -> None:
+        if self.steps > mark:
+            self.m.rollback(self.steps - mark)
+            self.steps = mark
+
+
+class XGrammarBytes(_Steps):
+    """An ``xgrammar.GrammarMatcher`` as a :class:`ByteMatcher` (each accept is one rollback step)."""
+
+    __slots__ = ()
 
     def __init__(self, matcher: xgr.GrammarMatcher) -> None:
         self.m = matcher
@@ -181,14 +199,6 @@ class XGrammarBytes:
             return True
         return False
 
-    def mark(self) -> int:
-        return self.steps
-
-    def back_to(self, mark: int) -> None:
-        if self.steps > mark:
-            self.m.rollback(self.steps - mark)
-            self.steps = mark
-
     def forced(self) -> bytes:
         try:
             return str(self.m.find_jump_forward_string()).encode()
@@ -205,10 +215,10 @@ class XGrammarBytes:
         return False
 
 
-class GuidanceBytes:
+class GuidanceBytes(_Steps):
     """An ``llguidance.LLMatcher`` as a byte matcher (bytes go in as the vocabulary's tokens)."""
 
-    __slots__ = ("m", "steps", "vocab")
+    __slots__ = ("vocab",)
 
     def __init__(self, matcher: LLMatcher, vocab: Vocab) -> None:
         self.m, self.vocab = matcher, vocab
@@ -235,14 +245,6 @@ class GuidanceBytes:
             self.back_to(mark)
             return True
         return False
-
-    def mark(self) -> int:
-        return self.steps
-
-    def back_to(self, mark: int) -> None:
-        if self.steps > mark:
-            self.m.rollback(self.steps - mark)
-            self.steps = mark
 
     def forced(self) -> bytes:
         return bytes(self.m.compute_ff_bytes())
