@@ -95,8 +95,11 @@ class MessageStream:
     """One request's message, fed with generated text; yields OpenAI deltas.
 
     ``tool_names``: when given, calls to other names are dropped (never streamed, listed
-    in ``dropped``). ``tool_schemas`` (name -> parameters) reach the parser (see
-    :meth:`~tool_parsers.base.ToolParser.with_tools`). Calls are streamed only once their name is complete and validated.
+    in ``dropped``). ``early_names``: a call's name is sent as soon as it is complete, its
+    arguments in later deltas, as OpenAI streams (only where a grammar ends every call it opens:
+    otherwise a call is sent once its arguments begin, see the module doc). ``tool_schemas``
+    (name -> parameters) reach the parser (see :meth:`~tool_parsers.base.ToolParser.with_tools`).
+    Calls are streamed only once their name is complete and validated.
     ``streaming=False`` (non-streamed requests): :meth:`feed` only collects text and
     returns None; :meth:`finish` parses the whole text once, so the parsers' final verdict
     on malformed calls applies.
@@ -117,6 +120,7 @@ class MessageStream:
         streaming: bool = True,
         guard_repeats: bool = False,
         tool_schemas: Mapping[str, JsonValue] | None = None,
+        early_names: bool = False,
     ) -> None:
         if tool_parser is not None and tool_schemas is not None:
             tool_parser = tool_parser.with_tools(tool_schemas)  # XML parameters are typed by schema
@@ -126,6 +130,7 @@ class MessageStream:
         self._id_factory = id_factory
         self._streaming = streaming
         self._guard = guard_repeats and tool_parser is not None
+        self._early_names = early_names
         self._chunks: list[str] = []
         self._ids: list[str] = []
         self._finished = False
@@ -222,18 +227,21 @@ class MessageStream:
         # verdict: a call the final parse rejects only because the text ended stays as written.
         delta = merge_deltas(self._advance(final=False), self._advance(final=True))
         # A call the stream could not complete (see module docstring) still ends as
-        # valid-looking "{}" when no argument text was sent at all.
+        # valid-looking "{}" when no argument text was sent at all: a call still being parsed, or
+        # one settled when the parse resumed after it (its name went out before it broke).
         first = len(self._done.calls)
-        closing = tuple(
-            ToolCallDelta(first + i, None, None, "{}")
-            for i, call in enumerate(self._sent.tool_calls)
-            if call.name is not None and call.arguments == ""
-        )
+        every = [*self._done.calls, *self._sent.tool_calls]
+        closing = tuple(ToolCallDelta(i, None, None, "{}") for i, call in enumerate(every)
+                        if call.name is not None and call.arguments == "")
         if closing:
-            extra = MessageDelta(tool_calls=closing)
-            self._sent = apply_delta(self._sent, extra, first)
+            for d in closing:
+                if d.index < first:
+                    done = self._done.calls[d.index]
+                    self._done.calls[d.index] = ToolCallPart(done.name, "{}", done.complete)
+            self._sent = apply_delta(self._sent, MessageDelta(tool_calls=tuple(d for d in closing if d.index >= first)),
+                                     first)
             if delta is None:
-                return extra
+                return MessageDelta(tool_calls=closing)
             return MessageDelta(delta.reasoning, delta.content, delta.tool_calls + closing)
         return delta
 
@@ -415,9 +423,10 @@ class MessageStream:
                 settled_kept, settled_dropped = len(kept), len(dropped)
             if call.name is None:
                 break  # still being written; later calls cannot have started
-            if not call.complete and call.arguments == "":
+            if not call.complete and call.arguments == "" and not self._early_names:
                 # Not streamed before its arguments start: a call cut right after its name
-                # must never reach a client as a complete-looking f({}).
+                # must never reach a client as a complete-looking f({}). (``early_names``: the
+                # grammar ends every call it opens, so the name goes out as soon as it is whole.)
                 break
             if self._tool_names is not None and call.name not in self._tool_names:
                 dropped.append(

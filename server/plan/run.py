@@ -28,7 +28,7 @@ from server.protocol import ChatCompletionRequest, usage_dict
 from server.state import ServerState
 from server.structured.budget import closed_by_budget
 
-__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "engine_errors", "run_engine"]
+__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "calls_end_whole", "engine_errors", "run_engine"]
 
 log = logging.getLogger("gramserve.stream")
 
@@ -76,7 +76,20 @@ def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionReques
         tool_schemas=plan.tool_schemas or None,  # families with typed, non-JSON arguments read them
         streaming=streaming,
         guard_repeats=not state.settings.allow_duplicate_tool_calls,
+        early_names=reasoning is None and calls_end_whole(plan),
     )
+
+
+def calls_end_whole(plan: RequestPlan) -> bool:
+    """Whether every call the model opens is sure to end whole, so its name may be streamed before
+    its arguments: the tools' grammar holds the output (a call, once begun, is written to its end)
+    and budget-aware closing ends it within ``max_tokens``, with no stop string (which the grammar
+    cannot see) to cut it. A reasoning parser's thinking block is free text the grammar leaves open,
+    so requests with one keep the rule for unconstrained calls (sent once their arguments begin)."""
+    gen = plan.gen
+    constraint = gen.constraint
+    return (bool(plan.tool_names) and constraint is not None and constraint.kind == "structural_tag"
+            and constraint.closes and not gen.sampling.stop)
 
 
 class Choice:

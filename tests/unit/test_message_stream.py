@@ -434,3 +434,45 @@ def test_a_held_call_skips_inert_chunks_and_sends_the_same_deltas(parser: str,
         if well_formed:
             assert got[True][2] == got[False][2], (text, chunks)
     assert parses[True] < 0.9 * parses[False], parses  # (a name of several tokens is skipped over)
+
+
+def _first_call_deltas(chunks: list[str], *, early: bool) -> tuple[FinalMessage, list[tuple[int, ToolCallDelta]]]:
+    ids = iter(f"call_{k}" for k in range(100))
+    stream = MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None,
+                           tool_names=["get_weather", "f"], id_factory=lambda: next(ids), guard_repeats=True,
+                           early_names=early)
+    deltas = [stream.feed(c) for c in chunks] + [stream.finish()]
+    found = [(k, tc) for k, d in enumerate(deltas) for tc in (d.tool_calls if d else ())]
+    return stream.final_message(), found
+
+
+def test_early_names_send_a_call_once_its_name_is_whole() -> None:
+    """``early_names`` (a grammar ends every call it opens): each call's first delta comes with the
+    chunk that completes its name, with ``arguments: ""`` (as OpenAI streams), before its arguments
+    begin; the message, and the arguments put together, are the same as without."""
+    from bench.parse_cost import tokens_of
+
+    text = "Sure. " + get_tool_parser("hermes").write([("get_weather", {"city": "Paris"}), ("f", {"a": 1})])
+    for chunks in (tokens_of(text), [text[k:k + 3] for k in range(0, len(text), 3)], list(text)):
+        late_final, late = _first_call_deltas(chunks, early=False)
+        early_final, early = _first_call_deltas(chunks, early=True)
+        assert early_final == late_final and [c.name for c in early_final.tool_calls] == ["get_weather", "f"]
+        for index, name in enumerate(["get_weather", "f"]):
+            (k_early, head), = [(k, tc) for k, tc in early if tc.index == index and tc.id is not None]
+            (k_late, _), = [(k, tc) for k, tc in late if tc.index == index and tc.id is not None]
+            assert (head.name, head.arguments) == (name, "") and k_early < k_late
+            so_far = "".join(chunks[: k_early + 1])
+            assert "{" not in so_far[so_far.rindex(f'"{name}"'):], so_far  # its arguments had not begun
+            args = "".join(tc.arguments for _, tc in early if tc.index == index)
+            assert args == early_final.tool_calls[index].arguments
+
+
+def test_early_names_keep_a_call_cut_after_its_name_as_unfinished() -> None:
+    """Where the grammar's promise fails (the engine stopped inside the call), the name already sent
+    stays: the call is kept unfinished, its arguments "{}", never a finish of "tool_calls"."""
+    text = '<tool_call>\n{"name": "get_weather", "argu'
+    final, found = _first_call_deltas([text[:35], text[35:]], early=True)
+    assert [c.name for c in final.tool_calls] == ["get_weather"] and final.unfinished == [0]
+    assert "".join(tc.arguments for _, tc in found) == "{}"
+    final, found = _first_call_deltas([text[:35], text[35:]], early=False)
+    assert final.tool_calls == [] and found == []

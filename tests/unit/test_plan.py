@@ -136,3 +136,35 @@ def test_plan_holds_the_sampling_once_for_every_api(make_app: Any) -> None:
     text = build_plan(b.state, CompletionRequest.model_validate({"prompt": "Hi", **values}))
     assert chat.sampling == text.sampling
 
+
+
+@pytest.mark.parametrize(("extra", "reasoning", "early"), [
+    ({"tool_choice": "required"}, None, True),
+    ({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, None, True),
+    ({"tool_choice": "required", "stop": ["}"]}, None, False),  # a stop string can cut a call
+    ({"tool_choice": "required", "close_within_budget": False}, None, False),  # max_tokens can cut it
+    ({"tool_choice": "auto"}, None, False),  # (no closing by default)
+    ({"tool_choice": "auto", "close_within_budget": True}, None, True),
+    ({"tool_choice": "required"}, "qwen3", False),  # a thinking block is free text
+])
+def test_a_calls_name_is_streamed_early_only_where_every_call_ends_whole(
+        make_app: Any, extra: dict[str, Any], reasoning: str | None, early: bool) -> None:
+    """Where the tools' grammar ends every call it opens (budget closing on, no stop string, no
+    thinking block), a call's first delta is its name with ``arguments: ""``, sent before its
+    arguments begin; elsewhere the first delta waits for them."""
+    from server.plan.run import _new_stream, calls_end_whole
+    from server.protocol import ChatCompletionRequest
+    from tests.unit._front import events, stream_raw
+
+    b = make_app(script=script(WEATHER_SCRIPT), reasoning_parser=reasoning)
+    body = {"messages": HI, "tools": [WEATHER], "max_tokens": 200, **extra}
+    req = ChatCompletionRequest.model_validate(body)
+    plan = build_plan(b.state, req)
+    assert _new_stream(b.state, plan, req, streaming=True)._early_names is early
+    assert calls_end_whole(plan) is (early or reasoning is not None)
+    if reasoning is None:  # through the server: one header, the arguments whole (when each goes out:
+        # test_message_stream.py::test_early_names_send_a_call_once_its_name_is_whole)
+        parts = [tc for e in events(stream_raw(b.client(), **body)) if isinstance(e, dict) for ch in e["choices"]
+                 for tc in ch["delta"].get("tool_calls") or ()]
+        assert [tc["function"]["name"] for tc in parts if "id" in tc] == ["get_weather"]
+        assert "".join(tc["function"]["arguments"] for tc in parts) == '{"city": "Paris"}'
