@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import os
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -28,9 +29,28 @@ __all__ = [
     "same_text",
     "check_agree",
     "checkpoint_checks",
+    "ends_within",
 ]
 
 TESTDATA = testdata_root()
+
+
+@contextmanager
+def ends_within(seconds: int, what: str) -> Iterator[None]:
+    """Fail (rather than hang the suite) when the block runs past ``seconds``: a parse that never
+    ends would hang the server on that model output."""
+    import signal
+
+    def hung(signum: int, frame: Any) -> None:
+        raise AssertionError(f"{what} did not end within {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def load_cases(prefixes: Sequence[str]) -> list[dict[str, Any]]:

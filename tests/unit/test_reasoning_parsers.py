@@ -9,7 +9,7 @@ import pytest
 
 from reasoning_parsers import REASONING_PARSERS, get_reasoning_parser
 from server.messages.message_stream import FinalMessage, MessageStream
-from tests.unit.parser_contract import check_agree, chunkings, load_cases, run_nonstream, run_stream, same_text
+from tests.unit.parser_contract import check_agree, chunkings, ends_within, load_cases, run_nonstream, run_stream, same_text
 
 # cases.json family -> (our parser, thinking enabled)
 FAMILY: dict[str, tuple[str, bool]] = {
@@ -215,15 +215,8 @@ def test_split_at_settles_only_what_every_continuation_keeps(name: str, thinking
 def test_every_split_ends_whatever_the_markers_stand(name: str) -> None:
     """Any text ends its split: the markers alone, twice, out of order or inside one another, at
     every prefix, thinking or not, inside a block or not (a hang there would hang the server)."""
-    import signal
-
-    def hung(signum: int, frame: Any) -> None:
-        raise AssertionError(f"{name}: a split did not end within 20 s")
-
     tool = "<tool_call>"
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    try:
+    with ends_within(20, f"{name}: a split"):
         for thinking in (True, False):
             p = get_reasoning_parser(name, thinking=thinking, tool_start=(tool,))
             markers = [m for m in (p.start, p.end, tool) if m]
@@ -235,6 +228,3 @@ def test_every_split_ends_whatever_the_markers_stand(name: str) -> None:
                     for final in (False, True):
                         for inside in (False, True):
                             p.split_at(text[:end], final=final, inside=inside)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.unit.parser_contract import check_agree, checkpoint_checks, chunkings, load_cases, run_nonstream, run_stream, same_text
+from tests.unit.parser_contract import (check_agree, checkpoint_checks, chunkings, ends_within, load_cases, run_nonstream,
+                                        run_stream, same_text)
 from tool_parsers import TOOL_PARSERS, detect_tool_parser, get_tool_parser
 from tool_parsers.base import CallFormat
 from server.messages.message_stream import FinalMessage, MessageStream
@@ -465,11 +466,6 @@ def test_every_parse_ends_whatever_the_markers_stand(parser: str) -> None:
     """Any text ends its parse: each marker alone in content, twice, or out of place, and a whole
     call with a marker dropped or added, at every prefix, final or not. (A parser loop that could
     stop at a stray marker without moving on would hang the server on that model output.)"""
-    import signal
-
-    def hung(signum: int, frame: Any) -> None:
-        raise AssertionError(f"{parser}: a parse did not end within 20 s")
-
     p = get_tool_parser(parser).with_tools({"f": {"type": "object", "properties": {"a": {"type": "integer"}}}})
     call = p.write([("f", {"a": 1})])
     texts = [call, call + call]
@@ -479,13 +475,8 @@ def test_every_parse_ends_whatever_the_markers_stand(parser: str) -> None:
     rng = random.Random(parser)  # and markers mixed at random with JSON and XML punctuation
     atoms = _markers_of(parser) + ["f", "a", "1", " ", "\n", "{", "}", "[", "]", '"', ":", ",", "=", "<", ">", "/", "("]
     texts += ["".join(rng.choice(atoms) for _ in range(rng.randrange(2, 14))) for _ in range(60)]
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    try:
+    with ends_within(20, f"{parser}: a parse"):
         for text in texts:
             for end in range(len(text) + 1):
                 for final in (False, True):
                     p.parse(text[:end], final=final)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
