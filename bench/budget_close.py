@@ -163,7 +163,10 @@ def floor_tokens(sim: Sim, grammar: Any, closers: tuple[str, ...] = ()) -> int:
     if hasattr(grammar, "matcher"):
         matcher: Any = XGrammarBytes(grammar.matcher)
     else:
-        matcher = GuidanceBytes(grammar.ll_matcher, sim.tables.vocab)
+        try:
+            matcher = GuidanceBytes(grammar.ll_matcher, sim.tables.vocab, eos=grammar.ll_tokenizer.eos_token)
+        except TypeError:  # an older tree's adapter (--trees), which knew no EOS
+            matcher = GuidanceBytes(grammar.ll_matcher, sim.tables.vocab)
     ending = shortest_completion(matcher, closers, look_ahead=True)
     if ending is None:
         raise AssertionError("no ending found from the start")

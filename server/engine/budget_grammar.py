@@ -239,7 +239,8 @@ class BudgetGrammar:
             if hasattr(inner, "matcher"):
                 self._copy = XGrammarBytes(inner.matcher.fork())
             else:
-                self._copy = GuidanceBytes(inner.ll_matcher.deep_copy(), self.tables.vocab)
+                self._copy = GuidanceBytes(inner.ll_matcher.deep_copy(), self.tables.vocab,
+                                           eos=inner.ll_tokenizer.eos_token)
         return self._copy
 
     def _ending(self, *, look_ahead: bool) -> bytes | None:

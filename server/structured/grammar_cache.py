@@ -241,7 +241,8 @@ class GrammarCache:
 
             grammar = llg.LLMatcher.grammar_from_json_schema(
                 constraint.text, defaults={"whitespace_flexible": not self.disable_any_whitespace})
-            matcher: ByteMatcher = GuidanceBytes(llg.LLMatcher(self._ll_tokenizer(info), grammar), vocab)
+            ll_tokenizer = self._ll_tokenizer(info)
+            matcher: ByteMatcher = GuidanceBytes(llg.LLMatcher(ll_tokenizer, grammar), vocab, eos=ll_tokenizer.eos_token)
         else:
             compiled = compile_constraint(self.compiler, constraint, disable_any_whitespace=self.disable_any_whitespace)
             matcher = XGrammarBytes(xgr.GrammarMatcher(compiled))

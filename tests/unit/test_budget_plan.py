@@ -136,8 +136,10 @@ def test_takes_and_back_to_in_both_adapters(info):
     grammar = llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults={"whitespace_flexible": False})
     ctx = xgr.GrammarCompiler(info).compile_json_schema(json.dumps(schema), any_whitespace=False,
                                                         separators=(",", ":"))
+    ll_tokenizer = GrammarCache(info)._ll_tokenizer(info)
     for m in (XGrammarBytes(xgr.GrammarMatcher(ctx)),
-              GuidanceBytes(llg.LLMatcher(GrammarCache(info)._ll_tokenizer(info), grammar), vocab)):
+              GuidanceBytes(llg.LLMatcher(ll_tokenizer, grammar), vocab),
+              GuidanceBytes(llg.LLMatcher(ll_tokenizer, grammar), vocab, eos=ll_tokenizer.eos_token)):
         assert m.accept(b'{"a":"')
         start = m.mark()
         assert m.takes(b"xy") and not m.takes(b"\"}}")
@@ -146,6 +148,55 @@ def test_takes_and_back_to_in_both_adapters(info):
         m.back_to(start)
         assert not m.can_stop() and m.forced() == b"" and m.accept(b'z"}') and m.can_stop(), type(m)
         assert not m.accept(b"}") and m.can_stop()  # refused: nothing changed
+
+
+def test_llguidance_holds_the_tokens_that_complete_the_answer(info):
+    """With EOS known, the tokens that end the answer are validated, not consumed (consuming them
+    costs llguidance tens of microseconds); undone, they were never there; anything that reads the
+    state after them consumes them first."""
+    import llguidance as llg
+
+    from server.structured.grammar_cache import GrammarCache
+
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
+              "required": ["a"], "additionalProperties": False}
+    ll_tokenizer = GrammarCache(info)._ll_tokenizer(info)
+    grammar = llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults={"whitespace_flexible": False})
+    live = llg.LLMatcher(ll_tokenizer, grammar)
+    m = GuidanceBytes(live, Vocab([bytes(t) for t in info.decoded_vocab], special=info.special_token_ids),
+                      eos=ll_tokenizer.eos_token)
+    assert m.accept(b'{"a":[1')
+    start = m.mark()
+    assert m.accept(b"]}") and m.can_stop() and not live.is_accepting()  # held, not consumed
+    m.back_to(start)
+    assert not m.can_stop() and m.mark() == start and m.accept(b",2]}") and m.can_stop()
+    assert m.forced() == b"" and live.is_accepting()  # read after them: consumed first
+    m.back_to(start)
+    assert not live.is_accepting() and m.accept(b"]}")
+    copy = m.fork()  # a copy carries them too
+    assert copy.can_stop() and copy.m.is_accepting() and live.is_accepting()
+
+
+@pytest.mark.parametrize("name", ["required nested", "arrays", "enums and bounds", "top-level array"])
+def test_llguidance_walks_the_same_with_and_without_eos(info, name):
+    """The held tokens change the cost of a walk, never its ending: the same bytes at every prefix
+    of the shortest answer, plain and looking ahead."""
+    import llguidance as llg
+
+    from server.structured.grammar_cache import GrammarCache
+
+    ll_tokenizer = GrammarCache(info)._ll_tokenizer(info)
+    vocab = Vocab([bytes(t) for t in info.decoded_vocab], special=info.special_token_ids)
+    grammar = llg.LLMatcher.grammar_from_json_schema(json.dumps(SCHEMAS[name]), defaults={"whitespace_flexible": False})
+    answer = shortest_completion(GuidanceBytes(llg.LLMatcher(ll_tokenizer, grammar), vocab), look_ahead=True)
+    assert answer
+    for cut in range(len(answer)):
+        walks = []
+        for eos in (None, ll_tokenizer.eos_token):
+            m = GuidanceBytes(llg.LLMatcher(ll_tokenizer, grammar), vocab, eos=eos)
+            assert m.accept(answer[:cut])
+            walks.append((shortest_completion(m), shortest_completion(m, look_ahead=True), m.can_stop(), m.forced()))
+        assert walks[0] == walks[1], answer[:cut]
 
 
 def test_vocab_writes_bytes_as_few_tokens(info):
