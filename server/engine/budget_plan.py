@@ -418,15 +418,16 @@ def _best_branch(m: ByteMatcher, closers: Sequence[str], max_steps: int, hint: b
 
 
 def _first_taken(m: ByteMatcher, recent: deque[bytes]) -> bytes | None:
-    """Take (and return) the first byte of ORDER the grammar allows, bytes not used lately first."""
-    for fresh in (True, False):
-        for byte in ORDER:
-            # set aside: content bytes used lately, and structure taken three times lately (a loop)
-            if fresh and byte in recent and (byte not in _STRUCTURE or recent.count(byte) >= 3):
-                continue
-            if m.accept(byte):
-                return byte
-    for byte in _CONTINUATION:  # inside a multi-byte character (a token ended mid-way)
+    """Take (and return) the first byte of ORDER the grammar allows, bytes not used lately first.
+    A refused byte changes nothing, so the second pass tries only the bytes the first set aside."""
+    aside: list[bytes] = []
+    for byte in ORDER:
+        # set aside: content bytes used lately, and structure taken three times lately (a loop)
+        if byte in recent and (byte not in _STRUCTURE or recent.count(byte) >= 3):
+            aside.append(byte)
+        elif m.accept(byte):
+            return byte
+    for byte in (*aside, *_CONTINUATION):  # (continuation bytes: inside a multi-byte character)
         if m.accept(byte):
             return byte
     return None
