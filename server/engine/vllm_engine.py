@@ -274,7 +274,7 @@ def structured_outputs_params(constraint: Constraint, *, max_tokens: int | None 
     if kind == "grammar":
         return StructuredOutputsParams(grammar=value)
     if kind == "structural_tag":
-        return StructuredOutputsParams(structural_tag=json.dumps(value, ensure_ascii=False))
+        return StructuredOutputsParams(structural_tag=constraint.text)
     raise ValueError(f"unknown constraint kind {kind!r}")
 
 
@@ -284,7 +284,7 @@ def _inner_spec(constraint: Constraint) -> tuple[str, str]:
     if kind == "json" and constraint.backend == "llguidance":
         return "grammar", guidance_grammar_text(constraint.text)
     if kind in ("json", "structural_tag"):
-        return kind, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        return kind, value if isinstance(value, str) else constraint.text  # (made once with the constraint)
     if kind == "json_object":
         return kind, ""
     return kind, str(value)  # regex, grammar: their text (a str already)
