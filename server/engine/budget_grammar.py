@@ -82,6 +82,10 @@ class BudgetTables:
         packed = (neutral.view(words, 32).to(torch.int64) * weights).sum(dim=1)
         self.neutral = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
         self.opening = ~self.neutral  # the tokens that may open something, made once
+        # printable ASCII without structure bytes: written inside free text, such a token neither
+        # leaves it (no quote, no backslash, no ``<``) nor ends inside a character
+        self.inert = bytes(bool(data) and all(32 <= b < 127 for b in data) and not NON_NEUTRAL.intersection(data)
+                           for data in token_bytes)
 
     _lock = threading.Lock()
     _cache: dict[int, BudgetTables] = {}
@@ -176,6 +180,9 @@ class BudgetGrammar:
         self._walked_at = -1
         self._last_token: int | None = None
         self._copy: _Matcher | None = None  # this step's copy of the matcher (see _work)
+        self._in_text = False  # the last look found the answer inside free text, far from the zone
+        self._zone = 0  # the zone's edge at the last look (tokens left)
+        self._closer_bytes = frozenset(b"".join(c.encode() for c in header.closers))
 
     # -- vLLM's grammar interface -----------------------------------------------------------
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
@@ -197,6 +204,7 @@ class BudgetGrammar:
         self.plan = None
         self._bytes = None
         self._looked_at = -_FAR_EVERY
+        self._in_text = False
 
     def is_terminated(self) -> bool:
         return bool(self.inner.is_terminated())
@@ -208,10 +216,11 @@ class BudgetGrammar:
         self._bytes = None
         self._last = None
         self._looked_at = -_FAR_EVERY
+        self._in_text = False
 
     def fill_bitmask(self, bitmask: torch.Tensor, idx: int) -> None:
         self.inner.fill_bitmask(bitmask, idx)
-        if self.inner.is_terminated() or self._idle():
+        if self.inner.is_terminated() or self._idle() or self._still_in_text():
             return  # the common case: nothing to steer, nothing copied
         row = bitmask[idx]
         try:
@@ -286,7 +295,26 @@ class BudgetGrammar:
         left = self.header.max_tokens - self.taken
         return left > max(2 * self._last + 2 * ZONE + (self._restart or 0), self._last + _LOOKOUT) + _FAR_EVERY
 
+    def _still_in_text(self) -> bool:
+        """Whether this step would only find what the last look found: the answer inside free text
+        (a string's content, a think block) with the zone far, and every token since then inert
+        (printable ASCII, no structure byte, no byte of a closer), which can neither leave the text
+        nor end inside a character. Such text leaves the ending as it was (its content does not
+        lengthen what closes it), so the step's look would find free text again and steer nothing.
+        At most :data:`_REWALK_EVERY` steps go unlooked; the last ending is carried as if reused,
+        and the next look checks it."""
+        if not self._in_text or self._last_token is None or self.taken - self._looked_at > _REWALK_EVERY:
+            return False
+        token, inert = self._last_token, self.tables.inert
+        if token >= len(inert) or not inert[token] or self._closer_bytes.intersection(self.tables.token_bytes[token]) \
+                or self.header.max_tokens - self.taken <= self._zone:
+            self._in_text = False
+            return False
+        self._bytes_at = self.taken
+        return True
+
     def _steer(self, row: torch.Tensor) -> None:
+        self._in_text = False
         left = self.header.max_tokens - self.taken
         if left <= 0:
             return
@@ -324,6 +352,7 @@ class BudgetGrammar:
             self._keep_complete(row)
             return
         if left > zone:
+            self._zone = zone
             self._ban_what_would_not_fit(row, left)
             return
         # neutral tokens only where the grammar forces nothing (not inside a key name, whose rest a
@@ -338,7 +367,10 @@ class BudgetGrammar:
         would not fit in the tokens left after it is banned. An array item or an optional property
         can cost far more than the whole answer's minimum, so no fixed margin is enough."""
         matcher = self._work()
-        if matcher.forced() or matcher.takes(PROBE):
+        if matcher.forced():
+            return
+        if matcher.takes(PROBE):
+            self._in_text = True
             return
 
         def fits(trial: _Matcher) -> bool:
