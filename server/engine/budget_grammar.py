@@ -7,6 +7,9 @@ budget narrows the mask (``server/engine/budget_plan.py`` finds the ending):
 * **watch**: the shortest ending from the current state (greedy walk, well under a millisecond
   for JSON; the last one re-checked and reused while it holds) is worked out every step once the
   tokens left come within reach of it, every 16th step before that;
+* **text**: inside free text (a string's content), after tokens that can neither leave it nor end
+  inside a character, a step finds what the last one found and is not looked at (at most
+  :data:`_REWALK_EVERY` in a row);
 * **choices**: nearer the end, at a choice between structures, each opening token the mask allows
   is tried on a copy and banned when its shortest ending would not fit in what is left after it
   (an array item can cost more than the whole answer's minimum);
@@ -301,6 +304,8 @@ class BudgetGrammar:
         (printable ASCII, no structure byte, no byte of a closer), which can neither leave the text
         nor end inside a character. Such text leaves the ending as it was (its content does not
         lengthen what closes it), so the step's look would find free text again and steer nothing.
+        (A pattern that counts characters could lengthen it by a few; the zone's margin of at
+        least :data:`ZONE` tokens covers that until the next look.)
         At most :data:`_REWALK_EVERY` steps go unlooked; the last ending is carried as if reused,
         and the next look checks it."""
         if not self._in_text or self._last_token is None or self.taken - self._looked_at > _REWALK_EVERY:
