@@ -87,8 +87,8 @@ class BudgetTables:
         self.opening = ~self.neutral  # the tokens that may open something, made once
         # printable ASCII without structure bytes: written inside free text, such a token neither
         # leaves it (no quote, no backslash, no ``<``) nor ends inside a character
-        self.inert = bytes(bool(data) and all(32 <= b < 127 for b in data) and not NON_NEUTRAL.intersection(data)
-                           for data in token_bytes)
+        plain = bytes(b for b in range(32, 127) if b not in NON_NEUTRAL)
+        self.inert = bytes(bool(data) and not data.translate(None, plain) for data in token_bytes)
 
     _lock = threading.Lock()
     _cache: dict[int, BudgetTables] = {}
