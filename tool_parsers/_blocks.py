@@ -52,7 +52,7 @@ class BlockToolParser(ToolParser):
                 checkpoint = out.checkpoint(pos, len(calls), len(errors)) or checkpoint
         else:
             checkpoint = out.tail_checkpoint(text, pos, len(calls), len(errors)) or checkpoint
-        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad))
+        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad), wait=out.wait)
 
     def _opens_call(self, text: str, body: int, *, final: bool) -> bool | None:
         """Whether the marker ending at ``body`` opens a call (None: too early to say)."""

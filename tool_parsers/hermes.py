@@ -34,8 +34,8 @@ class HermesToolParser(BlockToolParser):
     format: ClassVar[CallFormat] = CallFormat(
         trigger="<tool_call>", section_begin="", call_begin='<tool_call>\n{"name": "', name_end='", "arguments": ',
         call_end="}\n</tool_call>", separator="\n", section_end="")
-    # letters, digits, _ and spaces neither end the name's string nor open the arguments' value
-    held_inert: ClassVar[re.Pattern[str] | None] = re.compile(r"[\w ]+")
+    # letters, digits, _, whitespace, ':' and ',' neither end the name's string nor open the arguments' value
+    held_inert: ClassVar[re.Pattern[str] | None] = re.compile(r"[\w\s:,]+")
 
     def _block(self, text: str, body: int, *, final: bool, errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
         p = skip_ws(text, body)
@@ -59,6 +59,8 @@ class HermesToolParser(BlockToolParser):
         if text.startswith(self.end, q):
             return q + len(self.end), True
         if self.end.startswith(text[q:]):  # end marker (or nothing) still to come
+            if q < len(text) and not final:
+                out.wait = (q, self.end)
             return len(text), False
         stop, nxt = text.find(self.end, q), text.find(self.start, q)
         if stop >= 0 and (nxt < 0 or stop < nxt):

@@ -77,6 +77,7 @@ __all__ = [
 
 FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
 SKIP_HELD = True  # tests turn it off to compare with a parse of every chunk (ToolParser.held_inert)
+SKIP_WAIT = True  # tests turn it off to compare with a parse of every chunk (ParsedTools.wait)
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 
 
@@ -163,6 +164,7 @@ class MessageStream:
         self._synced = False  # what was sent is the last parse of the whole tail
         self._headed: set[int] = set()  # malformed regions whose well-formed head was already sent
         self._held = False  # the last parse ends in a call with nothing to send yet (see feed)
+        self._wait: tuple[int, str] | None = None  # the last parse's held marker start (ParsedTools.wait)
         self._settled_calls = _CallsSeen()  # the repeat check's record of the settled calls (see _without_repeats)
 
     @property
@@ -200,10 +202,16 @@ class MessageStream:
             self._done.content.append(text_delta)
             return MessageDelta(None, text_delta, ()) if self._streaming else None
         self._append(text_delta)
-        if self._held and SKIP_HELD and self._synced and not self._in_reasoning:
-            inert = self._tool_parser.held_inert if self._tool_parser is not None else None
-            if inert is not None and inert.fullmatch(text_delta):
-                return None  # nothing of the held call can be sent after this chunk: the next parse reads it
+        if self._synced and not self._in_reasoning:
+            if self._held and SKIP_HELD:
+                inert = self._tool_parser.held_inert if self._tool_parser is not None else None
+                if inert is not None and inert.fullmatch(text_delta):
+                    return None  # nothing of the held call can be sent after this chunk: the next parse reads it
+            wait = self._wait
+            if wait is not None and SKIP_WAIT and text_delta in wait[1]:
+                rest = self._tail[wait[0]:]
+                if len(rest) < len(wait[1]) and wait[1].startswith(rest):
+                    return None  # a marker still being written: the parse would be the last one (ParsedTools.wait)
         delta = self._extend_arguments(text_delta) if self._open_arguments and FAST_ARGUMENTS else None
         if delta is None:
             delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
@@ -411,6 +419,7 @@ class MessageStream:
         if record:
             self._tail_errors = result.errors
             self._bad = result.malformed
+            self._wait = result.wait
             last_call = result.tool_calls[-1] if result.tool_calls else None
             self._held = (last_call is not None and not last_call.complete
                           and (last_call.name is None or last_call.arguments == ""))
@@ -469,6 +478,8 @@ class MessageStream:
         self._sent = Parsed(sent.reasoning, sent.content[cp.content :], sent.tool_calls[calls:],
                             sent.tool_call_ids[calls:])
         self._tail, self._resume = self._tail[cp.pos :], cp.resume
+        wait = self._wait
+        self._wait = None if wait is None or wait[0] < cp.pos else (wait[0] - cp.pos, wait[1])
         self._known_bad = frozenset(start - cp.pos for start, _ in self._bad if start >= cp.pos)
         self._headed = {start - cp.pos for start in self._headed if start >= cp.pos}
         self._scan_cache.clear()

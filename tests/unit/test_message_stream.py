@@ -436,6 +436,69 @@ def test_a_held_call_skips_inert_chunks_and_sends_the_same_deltas(parser: str,
     assert parses[True] < 0.9 * parses[False], parses  # (a name of several tokens is skipped over)
 
 
+def _stream_deltas(parser: str, chunks: list[str], names: list[str], monkeypatch: pytest.MonkeyPatch, *,
+                   skip: bool, parses: dict[bool, int]) -> tuple[list[MessageDelta | None], FinalMessage]:
+    monkeypatch.setattr(message_stream, "SKIP_WAIT", skip)
+    ids = iter(f"call_{k}" for k in range(100))
+    stream = MessageStream(tool_parser=get_tool_parser(parser), reasoning_parser=None, tool_names=names,
+                           id_factory=lambda: next(ids), guard_repeats=True)
+    advance = stream._advance
+
+    def counted(*, final: bool) -> MessageDelta | None:
+        parses[skip] += 1
+        return advance(final=final)
+
+    monkeypatch.setattr(stream, "_advance", counted)
+    deltas = [stream.feed(c) for c in chunks] + [stream.finish()]
+    return deltas, stream.final_message()
+
+
+@pytest.mark.parametrize("parser", TOOL_PARSERS)
+def test_a_marker_being_written_skips_the_parse_and_sends_the_same_deltas(parser: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ParsedTools.wait``: while the text ends in a marker being written (a call's start marker in
+    prose, the end marker after a call), a chunk that leaves it a proper prefix of that marker is
+    not parsed. Against a parse of every chunk: the same delta at every chunk, the same message,
+    under every chunking, for well-formed, cut and broken calls and prose holding marker prefixes."""
+    from bench.parse_cost import tokens_of
+    from tool_parsers._blocks import BlockToolParser
+
+    p = get_tool_parser(parser)
+    names = ["calculate_area", "f"]
+    rng = random.Random(f"wait-{parser}")
+    markers = [m for m in (p.start, p.end, getattr(p, "call_open", "")) if m]
+    parses = {False: 0, True: 0}
+    for i in range(40):
+        calls = [(rng.choice(names), {"base": rng.randint(0, 99), "note": "a b"}) for _ in range(rng.randint(1, 2))]
+        prose = rng.choice(["", "Sure. ", "See " + rng.choice(markers)[:-1] + " here. ",
+                            "A long answer first. " * 15])  # (longer than the stream settles at once)
+        text = prose + p.write(calls) + rng.choice(["", " Done.", "\n" + rng.choice(markers)[: 3]])
+        if i % 4 == 3:
+            text = text[: rng.randint(1, len(text))]
+        elif i % 4 == 2:
+            text = text.replace('"base"', '"base" oops', 1).replace("base=", "base oops=", 1)
+        size = rng.randint(1, 4)
+        for chunks in (tokens_of(text), [text[k:k + size] for k in range(0, len(text), size)]):
+            slow = _stream_deltas(parser, chunks, names, monkeypatch, skip=False, parses=parses)
+            fast = _stream_deltas(parser, chunks, names, monkeypatch, skip=True, parses=parses)
+            assert fast == slow, (text, chunks)
+    if isinstance(p, BlockToolParser):  # (they hold a start marker written in prose: ParsedTools.wait)
+        assert parses[True] < 0.97 * parses[False], parses
+
+
+def test_a_marker_wait_moves_with_the_settled_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The held marker's start is kept relative to the unsettled text: a parse that settles a long
+    prose and holds ``<tool`` after it still sends ``<tooll`` (no marker) at the next chunk."""
+    prose = "word " * 60  # longer than what the stream settles at once
+    chunks = [prose + "<tool", "l", "s", " <tool", "_call", ">", '\n{"name": "f", "arguments": {}}\n</tool_call>']
+    parses = {False: 0, True: 0}
+    slow = _stream_deltas("hermes", chunks, ["f"], monkeypatch, skip=False, parses=parses)
+    fast = _stream_deltas("hermes", chunks, ["f"], monkeypatch, skip=True, parses=parses)
+    assert fast == slow
+    assert fast[0][1] == slow[0][1] and fast[0][1].content == "<tooll"  # (the held text, sent as the chunk came)
+    assert parses[True] == parses[False] - 1  # "_call" only
+
+
 def _first_call_deltas(chunks: list[str], *, early: bool) -> tuple[FinalMessage, list[tuple[int, ToolCallDelta]]]:
     ids = iter(f"call_{k}" for k in range(100))
     stream = MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None,
