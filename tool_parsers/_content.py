@@ -31,7 +31,7 @@ class ContentBuilder:
         self._seg_text = False  # the segment holds non-whitespace
         self.calls = 1 if resume == AFTER_CALL else 0  # calls before the text parsed here count
         self.tail_end = 0  # where the trailing content added by next_marker stops (held text after)
-        self.wait: tuple[int, str] | None = None  # the parse's end, held as a marker's start (ParsedTools.wait)
+        self.wait: tuple[int, str, bool] | None = None  # the parse's end, held as a marker's start (ParsedTools.wait)
 
     @property
     def length(self) -> int:
@@ -89,7 +89,7 @@ def next_marker(text: str, marker: str, pos: int, *, final: bool, out: ContentBu
         out.add(text[pos:stop])
         out.tail_end = stop
         if stop < len(text):
-            out.wait = (stop, marker)
+            out.wait = (stop, marker, False)
         return None
     out.add(text[pos:i])
     return i

@@ -8,7 +8,9 @@ could still become valid), or *invalid* (:class:`JsonError`: no continuation can
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -39,6 +41,24 @@ _PARTIAL_ESCAPE = re.compile(r"\\(?:u[0-9a-fA-F]{0,3})?\Z")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _NUMBER_PREFIX = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][+-]?[0-9]*)?)?\Z")
 _LITERALS = {"t": "true", "f": "false", "n": "null"}
+
+
+class _Constant(Exception):
+    """NaN, Infinity: Python's JSON reader takes them, JSON does not."""
+
+
+def _no_constant(name: str) -> object:
+    raise _Constant(name)
+
+
+# Python's JSON scanner (C where built): a whole object or array is read in C, many times faster than
+# the scan below; anything it does not take (cut off, invalid, a constant, too deep) goes to the scan,
+# which alone decides (tests/unit/test_tool_parsers.py checks both give the same answers).
+_READER = json.JSONDecoder(parse_constant=_no_constant)
+_WHOLE: Callable[[str, int], tuple[object, int]] = json.scanner.make_scanner(_READER)  # type: ignore[arg-type]
+_NOT_WHOLE = (StopIteration, ValueError, _Constant, RecursionError)
+WHOLE_IN_C = True  # tests turn it off to compare with the scan alone
+_RESUME_SHORT = 32  # characters a resumed scan reads more cheaply than the C reader reads the whole value
 
 
 class JsonError(ValueError):
@@ -109,13 +129,22 @@ def scan_value(text: str, pos: int) -> int | None:
     cache = _cache_for(text)
     stack: list[str] = []
     i, expect, in_string = pos, "value", None
-    if cache is not None:
-        hit = cache.get(pos)
-        if hit is not None:
-            if hit[1] is None:
-                return pos + hit[0]
-            saved_stack, expect, i, in_string = hit[1]
-            stack = list(saved_stack)
+    hit = None if cache is None else cache.get(pos)
+    if hit is not None and hit[1] is None:
+        return pos + hit[0]
+    # (a scan resumed near the end reads only the new part; one that stopped far back reads it all)
+    if WHOLE_IN_C and (hit is None or n - hit[1][2] > _RESUME_SHORT):
+        try:
+            whole = _WHOLE(text, pos)[1]
+        except _NOT_WHOLE:
+            pass
+        else:
+            if cache is not None:
+                cache[pos] = (whole - pos, None)
+            return whole
+    if hit is not None:
+        saved_stack, expect, i, in_string = hit[1]
+        stack = list(saved_stack)
     end = _scan_container(text, pos, stack, expect, i, cache, in_string)
     if cache is not None and end is not None:
         cache[pos] = (end - pos, None)

@@ -81,10 +81,11 @@ class ParsedTools:
     # Reasoning found by the tool parser itself, for formats whose channels carry it between
     # messages (Harmony's analysis channel); it follows the reasoning parser's. Only grows.
     reasoning: str = ""
-    # ``(pos, marker)``: the text from ``pos`` on is a proper prefix of ``marker``, held back and not
-    # read into this result: the parse of any longer text whose part from ``pos`` is still a proper
-    # prefix of ``marker`` is this one (a stream need not parse it). None: no such promise.
-    wait: tuple[int, str] | None = None
+    # ``(pos, marker, blank_first)``: the text from ``pos`` on (after any whitespace, when
+    # ``blank_first``) is a proper prefix of ``marker``, held back and not read into this result:
+    # the parse of any longer text for which that still holds is this one (a stream need not
+    # parse it). None: no such promise.
+    wait: tuple[int, str, bool] | None = None
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,8 @@ class HermesToolParser(BlockToolParser):
         if text.startswith(self.end, q):
             return q + len(self.end), True
         if self.end.startswith(text[q:]):  # end marker (or nothing) still to come
-            if q < len(text) and not final:
-                out.wait = (q, self.end)
+            if not final:
+                out.wait = (obj_end, self.end, True)
             return len(text), False
         stop, nxt = text.find(self.end, q), text.find(self.start, q)
         if stop >= 0 and (nxt < 0 or stop < nxt):

@@ -78,6 +78,7 @@ __all__ = [
 FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
 SKIP_HELD = True  # tests turn it off to compare with a parse of every chunk (ToolParser.held_inert)
 SKIP_WAIT = True  # tests turn it off to compare with a parse of every chunk (ParsedTools.wait)
+_BLANK = " \t\n\r"  # JSON's whitespace (ParsedTools.wait's blank_first)
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 
 
@@ -164,7 +165,8 @@ class MessageStream:
         self._synced = False  # what was sent is the last parse of the whole tail
         self._headed: set[int] = set()  # malformed regions whose well-formed head was already sent
         self._held = False  # the last parse ends in a call with nothing to send yet (see feed)
-        self._wait: tuple[int, str] | None = None  # the last parse's held marker start (ParsedTools.wait)
+        self._wait: tuple[int, str, bool] | None = None  # the last parse's held marker start (ParsedTools.wait)
+        self._fresh = False  # the last parse read all the text and was sent (finish need not parse it again)
         self._settled_calls = _CallsSeen()  # the repeat check's record of the settled calls (see _without_repeats)
 
     @property
@@ -208,8 +210,8 @@ class MessageStream:
                 if inert is not None and inert.fullmatch(text_delta):
                     return None  # nothing of the held call can be sent after this chunk: the next parse reads it
             wait = self._wait
-            if wait is not None and SKIP_WAIT and text_delta in wait[1]:
-                rest = self._tail[wait[0]:]
+            if wait is not None and SKIP_WAIT and (text_delta in wait[1] or (wait[2] and text_delta.isspace())):
+                rest = self._tail[wait[0]:].lstrip(_BLANK) if wait[2] else self._tail[wait[0]:]
                 if len(rest) < len(wait[1]) and wait[1].startswith(rest):
                     return None  # a marker still being written: the parse would be the last one (ParsedTools.wait)
         delta = self._extend_arguments(text_delta) if self._open_arguments and FAST_ARGUMENTS else None
@@ -233,7 +235,7 @@ class MessageStream:
             self._start(self.text)
         # The text as a stream sees it (a call the text ends inside is open), then the final
         # verdict: a call the final parse rejects only because the text ended stays as written.
-        delta = merge_deltas(self._advance(final=False), self._advance(final=True))
+        delta = merge_deltas(None if self._fresh else self._advance(final=False), self._advance(final=True))
         # A call the stream could not complete (see module docstring) still ends as
         # valid-looking "{}" when no argument text was sent at all: a call still being parsed, or
         # one settled when the parse resumed after it (its name went out before it broke).
@@ -302,6 +304,7 @@ class MessageStream:
         return MessageDelta(None, None, (ToolCallDelta(index, None, None, text),))
 
     def _append(self, text: str) -> None:
+        self._fresh = False
         if self._in_reasoning:
             self._reasoning_text += text
         else:
@@ -331,7 +334,7 @@ class MessageStream:
                 if self._resume_after_malformed(exc, final=final):
                     continue
                 return head
-            self._sent, self._synced = current, True
+            self._sent, self._synced, self._fresh = current, True, not final
             self._sent_errors = len(self._tail_errors)
             if self._bad or self._known_bad:
                 self._known_bad = frozenset(start for start, _ in self._bad)
@@ -479,7 +482,7 @@ class MessageStream:
                             sent.tool_call_ids[calls:])
         self._tail, self._resume = self._tail[cp.pos :], cp.resume
         wait = self._wait
-        self._wait = None if wait is None or wait[0] < cp.pos else (wait[0] - cp.pos, wait[1])
+        self._wait = None if wait is None or wait[0] < cp.pos else (wait[0] - cp.pos, *wait[1:])
         self._known_bad = frozenset(start - cp.pos for start, _ in self._bad if start >= cp.pos)
         self._headed = {start - cp.pos for start in self._headed if start >= cp.pos}
         self._scan_cache.clear()

@@ -499,6 +499,27 @@ def test_a_marker_wait_moves_with_the_settled_text(monkeypatch: pytest.MonkeyPat
     assert parses[True] == parses[False] - 1  # "_call" only
 
 
+@pytest.mark.parametrize(("last", "finals"), [(">", [True]), ("</tool_call", [False, True])])
+def test_finish_parses_again_only_text_not_parsed_yet(last: str, finals: list[bool],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the last feed parsed all the text and sent it, finish() runs only the final parse (the
+    non-final one would repeat it); after text the stream skipped, both."""
+    stream = MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None, tool_names=["f"])
+    for chunk in ['<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n', "</tool_call", ">"][: 3 if last == ">" else 2]:
+        stream.feed(chunk)
+    seen: list[bool] = []
+    advance = stream._advance
+
+    def counted(*, final: bool) -> MessageDelta | None:
+        seen.append(final)
+        return advance(final=final)
+
+    monkeypatch.setattr(stream, "_advance", counted)
+    stream.finish()
+    assert seen == finals
+    assert [(c.name, c.arguments) for c in stream.final_message().tool_calls] == [("f", '{"a": 1}')]
+
+
 def _first_call_deltas(chunks: list[str], *, early: bool) -> tuple[FinalMessage, list[tuple[int, ToolCallDelta]]]:
     ids = iter(f"call_{k}" for k in range(100))
     stream = MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None,

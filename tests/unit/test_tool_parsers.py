@@ -374,6 +374,56 @@ def test_scan_value_every_prefix_with_and_without_cache(text: str) -> None:
     assert scan(text) == (len(text) if valid else "invalid")
 
 
+def test_scan_value_in_c_and_in_python_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole object or array is read by Python's C JSON scanner; whatever it refuses (cut off,
+    invalid, NaN or Infinity, too deep) goes to the scan. Every prefix of texts JSON and not, and
+    random texts of JSON's characters: the same end, "cut off" or "invalid" either way, and the C
+    reader answers for a good share of them (this test fails if it never does)."""
+    import random
+
+    from tool_parsers import _scan
+    from tool_parsers._scan import JsonError, scan_value
+
+    def scan(t: str, pos: int) -> object:
+        try:
+            return scan_value(t, pos)
+        except JsonError:
+            return "invalid"
+
+    texts = JSON_TEXTS + ['{"a": NaN}', '[Infinity]', '[-Infinity, 1]', '{"a": 1} tail', '[1] ]', '{"a":\t[ ]\n}',
+                          '{"e": "\\ud800"}', '[1.5e-3, 0, -0, 1E9]', '[1.]', '[.5]', '{"a": "\u0001"}',
+                          "[" * 3000 + "]" * 3000, '{"é": "ü"}']
+    rng = random.Random(7)
+    texts += ["".join(rng.choice('{}[]",:0123456789-.eEtrufalsn \\ax') for _ in range(rng.randint(1, 24)))
+              for _ in range(3000)]
+    in_c = 0
+    for text in texts:
+        for k in range(1, len(text) + 1):
+            piece = text[:k] if len(text) < 200 else text
+            for pos in {0, min(1, len(piece) - 1)}:
+                monkeypatch.setattr(_scan, "WHOLE_IN_C", False)
+                slow = scan(piece, pos)
+                monkeypatch.setattr(_scan, "WHOLE_IN_C", True)
+                fast = scan(piece, pos)
+                assert fast == slow, (piece, pos, fast, slow)
+                in_c += isinstance(fast, int) and piece[pos] in "{["
+            if len(text) >= 200:
+                break
+    assert in_c > 100, in_c
+    # growing texts through one cache (a resumed scan, or C when the scan stopped far back)
+    from tool_parsers._scan import ScanCache
+    long = '{"a": [1, 2, {"b": "' + "x" * 40 + '"}], "c": {"d": [true, null, -1.5e3]}, "e": "\\u00e9"}'
+    for text in [*JSON_TEXTS, long, long.replace("true", "tru"), long[:-1] + "]"]:
+        for step in (1, 7, 40):
+            cache = ScanCache()
+            for k in range(step, len(text) + step, step):
+                monkeypatch.setattr(_scan, "WHOLE_IN_C", False)
+                slow = scan(text[:k], 0)
+                monkeypatch.setattr(_scan, "WHOLE_IN_C", True)
+                with cache.active():
+                    assert scan(text[:k], 0) == slow, (text[:k], step)
+
+
 # Checkpoints: what a parse says is settled must be what every longer text's parse starts
 # with, and parsing on from the checkpoint must give the rest (streams rely on it to parse
 # only new text). Random texts from the pieces parsers care about; every prefix pair.
