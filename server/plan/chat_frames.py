@@ -199,6 +199,8 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
                 if not isinstance(u, ChoiceUpdate):
                     continue
                 ch = u.choice
+                if not u.deltas and not u.finish_reason and not (req.logprobs and u.logprobs):
+                    continue  # nothing to send yet (a call's name still being written, a marker)
                 if FAST_PATHS and len(u.deltas) == 1 and not u.finish_reason and not req.logprobs and ch.index in opened:
                     # The per-token hot paths, byte for byte what the general path below frames.
                     d = u.deltas[0]
