@@ -23,6 +23,7 @@ class BlockToolParser(ToolParser):
         errors: list[str] = []
         bad: list[tuple[int, int | None]] = []
         checkpoint: Checkpoint | None = None
+        prose_end = False
         pos = 0
         while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
             body = i + len(self.start)
@@ -52,7 +53,9 @@ class BlockToolParser(ToolParser):
                 checkpoint = out.checkpoint(pos, len(calls), len(errors)) or checkpoint
         else:
             checkpoint = out.tail_checkpoint(text, pos, len(calls), len(errors)) or checkpoint
-        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad), wait=out.wait)
+            prose_end = out.tail_end == len(text)
+        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad), wait=out.wait,
+                           prose_end=prose_end)
 
     def _opens_call(self, text: str, body: int, *, final: bool) -> bool | None:
         """Whether the marker ending at ``body`` opens a call (None: too early to say)."""

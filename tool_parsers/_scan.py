@@ -133,7 +133,7 @@ def scan_value(text: str, pos: int) -> int | None:
     if hit is not None and hit[1] is None:
         return pos + hit[0]
     # (a scan resumed near the end reads only the new part; one that stopped far back reads it all)
-    if WHOLE_IN_C and (hit is None or n - hit[1][2] > _RESUME_SHORT):
+    if WHOLE_IN_C and (hit is None or n - (hit[1][3] or hit[1][2]) > _RESUME_SHORT):
         try:
             whole = _WHOLE(text, pos)[1]
         except _NOT_WHOLE:

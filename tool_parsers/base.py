@@ -86,6 +86,9 @@ class ParsedTools:
     # the parse of any longer text for which that still holds is this one (a stream need not
     # parse it). None: no such promise.
     wait: tuple[int, str, bool] | None = None
+    # The text ends in content: no call or block open, no marker start held (a stream may then send
+    # text that cannot begin a call as content: ToolParser.content_inert).
+    prose_end: bool = False
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,10 @@ class ToolParser(ABC):
     # call shows one chunk later then, a well-formed call's first delta never does. None: parse
     # every chunk (formats where a word can open the arguments, e.g. an XML parameter's name).
     held_inert: ClassVar[re.Pattern[str] | None] = None
+    # Chunks that only extend content: while the last parse holds no call and ends in content that
+    # has text (no marker start held), a chunk all of this pattern is sent as content without a
+    # parse (MessageStream), exactly what the parse would send. None: parse every chunk.
+    content_inert: ClassVar[re.Pattern[str] | None] = None
 
     def __init__(self, **data: object) -> None:
         """A variant as data: ``name``, ``start``, ``end`` or ``format`` given here override the

@@ -78,6 +78,7 @@ __all__ = [
 FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
 SKIP_HELD = True  # tests turn it off to compare with a parse of every chunk (ToolParser.held_inert)
 SKIP_WAIT = True  # tests turn it off to compare with a parse of every chunk (ParsedTools.wait)
+SKIP_CONTENT = True  # tests turn it off to compare with a parse of every chunk (ToolParser.content_inert)
 _BLANK = " \t\n\r"  # JSON's whitespace (ParsedTools.wait's blank_first)
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 
@@ -167,6 +168,7 @@ class MessageStream:
         self._held = False  # the last parse ends in a call with nothing to send yet (see feed)
         self._wait: tuple[int, str, bool] | None = None  # the last parse's held marker start (ParsedTools.wait)
         self._fresh = False  # the last parse read all the text and was sent (finish need not parse it again)
+        self._prose = False  # the last parse found no call and no malformed region and ends in content (_in_prose)
         self._settled_calls = _CallsSeen()  # the repeat check's record of the settled calls (see _without_repeats)
 
     @property
@@ -214,6 +216,10 @@ class MessageStream:
                 rest = self._tail[wait[0]:].lstrip(_BLANK) if wait[2] else self._tail[wait[0]:]
                 if len(rest) < len(wait[1]) and wait[1].startswith(rest):
                     return None  # a marker still being written: the parse would be the last one (ParsedTools.wait)
+            elif wait is None and SKIP_CONTENT and self._in_prose(text_delta):
+                sent = self._sent
+                self._sent = Parsed(sent.reasoning, sent.content + text_delta, (), ())
+                return MessageDelta(None, text_delta, ()) if self._streaming else None
         delta = self._extend_arguments(text_delta) if self._open_arguments and FAST_ARGUMENTS else None
         if delta is None:
             delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
@@ -269,6 +275,17 @@ class MessageStream:
             repeated=[self._repeat] if self._repeat else [],
             unfinished=[k for k, (_, call) in enumerate(named) if not call.complete],
         )
+
+    def _in_prose(self, text: str) -> bool:
+        """Whether ``text`` only extends content: the last parse (sent) found no call (not even a
+        dropped or unfinished one) and no malformed region, and ends in content with text (a blank
+        run alone is held, never sent), and ``text`` cannot begin a call (``ToolParser.content_inert``).
+        A parse still comes every ``2 * _SETTLE_AFTER`` characters, to settle the text (so the
+        content kept per chunk stays short)."""
+        sent = self._sent
+        inert = self._tool_parser.content_inert if self._tool_parser is not None else None
+        return (inert is not None and self._prose and not self._frozen and sent.content != ""
+                and len(self._tail) < 2 * _SETTLE_AFTER and inert.fullmatch(text) is not None)
 
     def _open_call_arguments(self) -> bool:
         """Whether the last call sent is open, streamed, and its text ends inside its arguments
@@ -423,6 +440,7 @@ class MessageStream:
             self._tail_errors = result.errors
             self._bad = result.malformed
             self._wait = result.wait
+            self._prose = result.prose_end and not result.tool_calls and not result.malformed
             last_call = result.tool_calls[-1] if result.tool_calls else None
             self._held = (last_call is not None and not last_call.complete
                           and (last_call.name is None or last_call.arguments == ""))

@@ -1,8 +1,10 @@
 """server/messages/message_stream.py: the OpenAI delta rules (compute_deltas) and MessageStream."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+import re
 
 import pytest
 
@@ -484,6 +486,51 @@ def test_a_marker_being_written_skips_the_parse_and_sends_the_same_deltas(parser
             assert fast == slow, (text, chunks)
     if isinstance(p, BlockToolParser):  # (they hold a start marker written in prose: ParsedTools.wait)
         assert parses[True] < 0.97 * parses[False], parses
+
+
+_PROSE = [p for p in TOOL_PARSERS if get_tool_parser(p).content_inert is not None]
+
+
+@pytest.mark.parametrize("parser", _PROSE)
+def test_prose_skips_the_parse_and_sends_the_same_deltas(parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ToolParser.content_inert``: in prose (no call, no held marker), a chunk that cannot begin a
+    call is sent as content without a parse. Against a parse of every chunk: the same delta at every
+    chunk and the same message, for prose before, between and after calls (allowed, unknown, cut,
+    broken), blank runs, and prose holding marker-like text; and far fewer parses."""
+    from bench.parse_cost import tokens_of
+
+    p = get_tool_parser(parser)
+    names = ["calculate_area", "f"]
+    rng = random.Random(f"prose-{parser}")
+    parses = {False: 0, True: 0}
+    words = ["Sure, ", "the area is 12. ", "\n\n", "  ", "a < b and c > d ", "x" * 30 + " ", "ok. ", "\t"]
+    for i in range(60):
+        text = "".join(rng.choice(words) for _ in range(rng.randint(0, 8 if i % 5 else 80)))  # (some past a settle)
+        for _ in range(rng.randint(0, 2)):
+            name = rng.choice([*names, "unknown_tool"])
+            text += p.write([(name, {"base": rng.randint(0, 99)})]) + "".join(rng.choice(words) for _ in range(3))
+        if i % 4 == 3:
+            text = text[: rng.randint(1, len(text))] if text else text
+        elif i % 4 == 2:
+            text = text.replace('"base"', '"base" oops', 1)
+        size = rng.randint(1, 5)
+        for chunks in (tokens_of(text), [text[k:k + size] for k in range(0, len(text), size)]):
+            got = {}
+            for skip in (False, True):
+                monkeypatch.setattr(message_stream, "SKIP_CONTENT", skip)
+                deltas, final = _stream_deltas(parser, chunks, names, monkeypatch, skip=True, parses=parses)
+                # (an error names offsets in the text not settled yet, which fewer parses settle later)
+                errors = [re.sub(r"offset \d+", "offset N", e) for e in final.errors]
+                got[skip] = (deltas, dataclasses.replace(final, errors=errors))
+            assert got[True] == got[False], (text, chunks)
+    monkeypatch.setattr(message_stream, "SKIP_CONTENT", False)
+    slow = {False: 0, True: 0}
+    prose = tokens_of("".join(rng.choice(words) for _ in range(200)))
+    _stream_deltas(parser, prose, names, monkeypatch, skip=True, parses=slow)
+    monkeypatch.setattr(message_stream, "SKIP_CONTENT", True)
+    fast = {False: 0, True: 0}
+    _stream_deltas(parser, prose, names, monkeypatch, skip=True, parses=fast)
+    assert fast[True] < 0.5 * slow[True], (fast, slow)
 
 
 def test_a_marker_wait_moves_with_the_settled_text(monkeypatch: pytest.MonkeyPatch) -> None:
