@@ -3,6 +3,8 @@ find each block, keep the text between blocks as content, turn a block that brea
 up to its end marker, and checkpoint between blocks. A family supplies what a block holds."""
 from __future__ import annotations
 
+import functools
+import re
 from typing import ClassVar
 
 from ._calls import named_arguments
@@ -11,6 +13,12 @@ from ._scan import JsonError, skip_ws
 from .base import Checkpoint, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["BlockToolParser", "SectionToolParser"]
+
+
+@functools.lru_cache(maxsize=64)
+def _without(char: str) -> re.Pattern[str]:
+    """Text without ``char`` (one pattern per marker's first character, per process)."""
+    return re.compile(f"[^{re.escape(char)}]+")
 
 
 class BlockToolParser(ToolParser):
@@ -23,7 +31,7 @@ class BlockToolParser(ToolParser):
         errors: list[str] = []
         bad: list[tuple[int, int | None]] = []
         checkpoint: Checkpoint | None = None
-        prose_end = False
+        prose_end, block_open = False, False
         pos = 0
         while (i := next_marker(text, self.start, pos, final=final, out=out)) is not None:
             body = i + len(self.start)
@@ -51,11 +59,16 @@ class BlockToolParser(ToolParser):
             pos, closed = self._after_block(text, end, final=final, errors=errors, out=out, bad=bad)
             if closed:
                 checkpoint = out.checkpoint(pos, len(calls), len(errors)) or checkpoint
+            block_open = not closed
         else:
             checkpoint = out.tail_checkpoint(text, pos, len(calls), len(errors)) or checkpoint
-            prose_end = out.tail_end == len(text)
+            prose_end = out.tail_end == len(text) and not block_open
         return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), checkpoint, tuple(bad), wait=out.wait,
                            prose_end=prose_end)
+
+    def prose_inert(self) -> re.Pattern[str] | None:
+        """In prose only the start marker's first character can begin anything (``next_marker``)."""
+        return _without(self.start[0]) if self.start else None
 
     def _opens_call(self, text: str, body: int, *, final: bool) -> bool | None:
         """Whether the marker ending at ``body`` opens a call (None: too early to say)."""

@@ -87,7 +87,7 @@ class ParsedTools:
     # parse it). None: no such promise.
     wait: tuple[int, str, bool] | None = None
     # The text ends in content: no call or block open, no marker start held (a stream may then send
-    # text that cannot begin a call as content: ToolParser.content_inert).
+    # text that cannot begin a call as content: ToolParser.prose_inert).
     prose_end: bool = False
 
 
@@ -170,10 +170,6 @@ class ToolParser(ABC):
     # call shows one chunk later then, a well-formed call's first delta never does. None: parse
     # every chunk (formats where a word can open the arguments, e.g. an XML parameter's name).
     held_inert: ClassVar[re.Pattern[str] | None] = None
-    # Chunks that only extend content: while the last parse holds no call and ends in content that
-    # has text (no marker start held), a chunk all of this pattern is sent as content without a
-    # parse (MessageStream), exactly what the parse would send. None: parse every chunk.
-    content_inert: ClassVar[re.Pattern[str] | None] = None
 
     def __init__(self, **data: object) -> None:
         """A variant as data: ``name``, ``start``, ``end`` or ``format`` given here override the
@@ -182,6 +178,12 @@ class ToolParser(ABC):
             if key not in ("name", "start", "end", "format"):
                 raise TypeError(f"unknown parser attribute {key!r}")
             setattr(self, key, value)
+
+    def prose_inert(self) -> re.Pattern[str] | None:
+        """Chunks that only extend content: after a parse that ends in prose (``ParsedTools.prose_end``)
+        with text in it, a chunk all of this pattern is what that parse's content would grow by, so a
+        stream sends it without a parse (MessageStream). None (here): parse every chunk."""
+        return None
 
     def with_tools(self, tools: Mapping[str, JsonValue]) -> ToolParser:
         """This parser for a request whose tools are ``tools`` (name -> parameters schema).

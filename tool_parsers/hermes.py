@@ -36,8 +36,6 @@ class HermesToolParser(BlockToolParser):
         call_end="}\n</tool_call>", separator="\n", section_end="")
     # letters, digits, _, whitespace, ':' and ',' neither end the name's string nor open the arguments' value
     held_inert: ClassVar[re.Pattern[str] | None] = re.compile(r"[\w\s:,]+")
-    # in prose, only '<' may begin a call
-    content_inert: ClassVar[re.Pattern[str] | None] = re.compile(r"[^<]+")
 
     def _block(self, text: str, body: int, *, final: bool, errors: list[str]) -> tuple[list[ToolCallPart], int | None]:
         p = skip_ws(text, body)

@@ -39,7 +39,6 @@ then the final one), so streamed and non-streamed answers agree under every chun
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -57,6 +56,7 @@ from server.messages.deltas import (
     merge_deltas,
     new_tool_call_id,
 )
+from server.messages.repeats import CallsSeen, arguments_key
 from tool_parsers._content import AFTER_CALL
 from tool_parsers.base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
 
@@ -78,7 +78,7 @@ __all__ = [
 FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
 SKIP_HELD = True  # tests turn it off to compare with a parse of every chunk (ToolParser.held_inert)
 SKIP_WAIT = True  # tests turn it off to compare with a parse of every chunk (ParsedTools.wait)
-SKIP_CONTENT = True  # tests turn it off to compare with a parse of every chunk (ToolParser.content_inert)
+SKIP_CONTENT = True  # tests turn it off to compare with a parse of every chunk (ToolParser.prose_inert)
 _BLANK = " \t\n\r"  # JSON's whitespace (ParsedTools.wait's blank_first)
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 
@@ -128,6 +128,7 @@ class MessageStream:
         if tool_parser is not None and tool_schemas is not None:
             tool_parser = tool_parser.with_tools(tool_schemas)  # XML parameters are typed by schema
         self._tool_parser = tool_parser
+        self._prose_inert = tool_parser.prose_inert() if tool_parser is not None else None
         self._reasoning_parser = reasoning_parser
         self._tool_names = None if tool_names is None else frozenset(tool_names)
         self._id_factory = id_factory
@@ -169,7 +170,7 @@ class MessageStream:
         self._wait: tuple[int, str, bool] | None = None  # the last parse's held marker start (ParsedTools.wait)
         self._fresh = False  # the last parse read all the text and was sent (finish need not parse it again)
         self._prose = False  # the last parse found no call and no malformed region and ends in content (_in_prose)
-        self._settled_calls = _CallsSeen()  # the repeat check's record of the settled calls (see _without_repeats)
+        self._settled_calls = CallsSeen()  # the repeat check's record of the settled calls (see _without_repeats)
 
     @property
     def text(self) -> str:
@@ -279,11 +280,11 @@ class MessageStream:
     def _in_prose(self, text: str) -> bool:
         """Whether ``text`` only extends content: the last parse (sent) found no call (not even a
         dropped or unfinished one) and no malformed region, and ends in content with text (a blank
-        run alone is held, never sent), and ``text`` cannot begin a call (``ToolParser.content_inert``).
+        run alone is held, never sent), and ``text`` cannot begin a call (``ToolParser.prose_inert``).
         A parse still comes every ``2 * _SETTLE_AFTER`` characters, to settle the text (so the
         content kept per chunk stays short)."""
         sent = self._sent
-        inert = self._tool_parser.content_inert if self._tool_parser is not None else None
+        inert = self._prose_inert
         return (inert is not None and self._prose and not self._frozen and sent.content != ""
                 and len(self._tail) < 2 * _SETTLE_AFTER and inert.fullmatch(text) is not None)
 
@@ -574,7 +575,7 @@ class MessageStream:
         name = call.name or ""
         args = self._parsed_args.get(call.arguments)
         if args is None:
-            args = self._parsed_args[call.arguments] = _frozen(_arguments_value(call.arguments))
+            args = self._parsed_args[call.arguments] = arguments_key(call.arguments)
         if any(args in layer.get(name, ()) for layer in layers):
             if self._repeat is None:
                 self._repeat = (f"tool call {i} repeats an earlier call to {call.name!r} with the same "
@@ -582,31 +583,3 @@ class MessageStream:
             return "cut"
         layers[-1].setdefault(name, set()).add(args)
         return None
-
-
-@dataclass
-class _CallsSeen:
-    """The repeat check's record of the settled calls: their arguments by name, how many were
-    read, and (once one of them decided it) "all" or "cut" for every later call."""
-
-    calls: dict[str, set[object]] = field(default_factory=dict)
-    upto: int = 0
-    stop: str | None = None
-
-
-def _frozen(value: object) -> object:
-    """A parsed JSON value as a hashable one that is equal exactly when the values are (``==``:
-    objects whatever their key order, ``1 == 1.0``), so a repeat is found by a set lookup."""
-    if isinstance(value, dict):
-        return frozenset((k, _frozen(v)) for k, v in value.items())
-    if isinstance(value, list):
-        return tuple(_frozen(v) for v in value)
-    return value
-
-
-def _arguments_value(arguments: str) -> object:
-    """Arguments as parsed JSON for comparison ("" is {}); unparsable text compares as text."""
-    try:
-        return json.loads(arguments or "{}")
-    except ValueError:
-        return arguments

@@ -488,12 +488,12 @@ def test_a_marker_being_written_skips_the_parse_and_sends_the_same_deltas(parser
         assert parses[True] < 0.97 * parses[False], parses
 
 
-_PROSE = [p for p in TOOL_PARSERS if get_tool_parser(p).content_inert is not None]
+_PROSE = [p for p in TOOL_PARSERS if get_tool_parser(p).prose_inert() is not None]
 
 
 @pytest.mark.parametrize("parser", _PROSE)
 def test_prose_skips_the_parse_and_sends_the_same_deltas(parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``ToolParser.content_inert``: in prose (no call, no held marker), a chunk that cannot begin a
+    """``ToolParser.prose_inert``: in prose (no call, no held marker), a chunk that cannot begin a
     call is sent as content without a parse. Against a parse of every chunk: the same delta at every
     chunk and the same message, for prose before, between and after calls (allowed, unknown, cut,
     broken), blank runs, and prose holding marker-like text; and far fewer parses."""
@@ -503,7 +503,8 @@ def test_prose_skips_the_parse_and_sends_the_same_deltas(parser: str, monkeypatc
     names = ["calculate_area", "f"]
     rng = random.Random(f"prose-{parser}")
     parses = {False: 0, True: 0}
-    words = ["Sure, ", "the area is 12. ", "\n\n", "  ", "a < b and c > d ", "x" * 30 + " ", "ok. ", "\t"]
+    plain = ["Sure, ", "the area is 12. ", "\n\n", "  ", "a < b and c > d ", "x" * 30 + " ", "ok. ", "\t"]
+    words = [*plain, p.start + "[] ", p.start + "{} "]  # (blocks with no call)
     for i in range(60):
         text = "".join(rng.choice(words) for _ in range(rng.randint(0, 8 if i % 5 else 80)))  # (some past a settle)
         for _ in range(rng.randint(0, 2)):
@@ -525,7 +526,7 @@ def test_prose_skips_the_parse_and_sends_the_same_deltas(parser: str, monkeypatc
             assert got[True] == got[False], (text, chunks)
     monkeypatch.setattr(message_stream, "SKIP_CONTENT", False)
     slow = {False: 0, True: 0}
-    prose = tokens_of("".join(rng.choice(words) for _ in range(200)))
+    prose = tokens_of("".join(rng.choice(plain) for _ in range(200)))
     _stream_deltas(parser, prose, names, monkeypatch, skip=True, parses=slow)
     monkeypatch.setattr(message_stream, "SKIP_CONTENT", True)
     fast = {False: 0, True: 0}
