@@ -108,6 +108,9 @@ def _mistral(n: int) -> list[str]:
 WORKLOADS: dict[str, tuple[str | None, str | None, Callable[[int], list[str]]]] = {
     "content (no tools)": (None, None, _content),
     "content (tools: hermes)": ("hermes", None, _content),
+    "content (tools: llama3_json)": ("llama3_json", None, _content),
+    "content (tools: pythonic)": ("pythonic", None, _content),
+    "content (tools: kimi_k3)": ("kimi_k3", None, _content),
     "hermes long string arg": ("hermes", None, _hermes_long_arg),
     "hermes many keys": ("hermes", None, _hermes_many_keys),
     "hermes short calls": ("hermes", None, _hermes_short_calls),

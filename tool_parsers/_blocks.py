@@ -3,22 +3,15 @@ find each block, keep the text between blocks as content, turn a block that brea
 up to its end marker, and checkpoint between blocks. A family supplies what a block holds."""
 from __future__ import annotations
 
-import functools
 import re
 from typing import ClassVar
 
 from ._calls import named_arguments
-from ._content import ContentBuilder, malformed_block, next_marker
+from ._content import ContentBuilder, malformed_block, next_marker, without
 from ._scan import JsonError, skip_ws
 from .base import Checkpoint, ParsedTools, ToolCallPart, ToolParser
 
 __all__ = ["BlockToolParser", "SectionToolParser"]
-
-
-@functools.lru_cache(maxsize=64)
-def _without(char: str) -> re.Pattern[str]:
-    """Text without ``char`` (one pattern per marker's first character, per process)."""
-    return re.compile(f"[^{re.escape(char)}]+")
 
 
 class BlockToolParser(ToolParser):
@@ -68,7 +61,7 @@ class BlockToolParser(ToolParser):
 
     def prose_inert(self) -> re.Pattern[str] | None:
         """In prose only the start marker's first character can begin anything (``next_marker``)."""
-        return _without(self.start[0]) if self.start else None
+        return without(self.start[0]) if self.start else None
 
     def _opens_call(self, text: str, body: int, *, final: bool) -> bool | None:
         """Whether the marker ending at ``body`` opens a call (None: too early to say)."""

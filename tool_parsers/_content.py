@@ -12,10 +12,13 @@ text is pending, or at a non-whitespace character of trailing content.
 """
 from __future__ import annotations
 
+import functools
+import re
+
 from ._scan import JsonError, partial_marker_start
 from .base import Checkpoint
 
-__all__ = ["AFTER_CALL", "ContentBuilder", "next_marker", "malformed_block"]
+__all__ = ["AFTER_CALL", "ContentBuilder", "next_marker", "malformed_block", "without"]
 
 AFTER_CALL = "after_call"  # resume word: the settled text held at least one call
 
@@ -115,3 +118,10 @@ def malformed_block(text: str, marker: int, body: int, exc: JsonError, *, end: s
     resume = stop if end_opens else stop + len(end)
     bad.append((marker, resume))
     return resume
+
+
+@functools.lru_cache(maxsize=64)
+def without(char: str) -> re.Pattern[str]:
+    """Text without ``char``: prose that cannot begin a marker starting with it (``prose_inert``;
+    one pattern per marker's first character, per process)."""
+    return re.compile(f"[^{re.escape(char)}]+")

@@ -48,7 +48,7 @@ class ToolCallPart:
     complete: bool
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # made per parse: not frozen (as ToolCallPart); never changed after
 class Checkpoint:
     """Where a parse is settled: ``text[:pos]`` gives ``content[:content]``,
     ``tool_calls[:calls]`` (complete calls) and ``errors[:errors]`` of this parse and of the
@@ -64,7 +64,7 @@ class Checkpoint:
     reasoning: int = 0  # ``reasoning[:reasoning]`` of the parse is settled too (see ParsedTools.reasoning)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # one per parse, per token: not frozen (as ToolCallPart); never changed after
 class ParsedTools:
     """Result of one parse: text outside calls, and the calls in order."""
 

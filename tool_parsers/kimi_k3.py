@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from ._content import AFTER_CALL, ContentBuilder, malformed_block
+from ._content import AFTER_CALL, ContentBuilder, malformed_block, without
 from ._scan import JsonError, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, typed_value, xml_text
 from .base import CallFormat, Checkpoint, JsonObject, JsonValue, ModelFamily, ParsedTools, ToolCallPart
@@ -162,6 +162,7 @@ class KimiK3ToolParser(SchemaBound):
         if resume == _IN_TOOLS:
             p = self._section(text, 0, final=final, out=out, calls=calls, errors=errors, bad=bad, marks=marks)
         n = len(text)
+        prose_end = False
         while p is not None and p < n:
             q = skip_ws(text, p)
             wrapper = next((m for m in _WRAPPERS if text.startswith(m, q)), None)
@@ -181,8 +182,14 @@ class KimiK3ToolParser(SchemaBound):
                 out.add(text[p:stop])
                 out.tail_end = stop
                 marks.append(out.tail_checkpoint(text, p, len(calls), len(errors)) or marks[-1])
+                prose_end = stop == n  # (nothing held back: text without a marker's "<" stays content)
                 break
-        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), marks[-1], tuple(bad))
+        return ParsedTools(out.result(final=final), tuple(calls), tuple(errors), marks[-1], tuple(bad),
+                           prose_end=prose_end)
+
+    def prose_inert(self) -> re.Pattern[str] | None:
+        """In content every channel marker (and every call's) begins with ``<``."""
+        return without(OPEN[0])
 
     def _section(self, text: str, p: int, *, final: bool, out: ContentBuilder, calls: list[ToolCallPart],
                  errors: list[str], bad: list[tuple[int, int | None]], marks: list[Checkpoint | None]) -> int | None:

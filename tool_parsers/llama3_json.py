@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from ._content import AFTER_CALL
+from ._content import AFTER_CALL, without
 from ._scan import CallObject, JsonError, partial_marker_start, scan_call_object, scan_value, skip_ws
 from .base import CallFormat, Checkpoint, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
@@ -84,8 +84,8 @@ class Llama3JsonToolParser(ToolParser):
                 piece, p, stop = self._until_call(text, q, final=final)
                 content.append(piece)
                 checkpoint = Checkpoint(stop, len("".join(content)), len(calls), len(errors), _CONTENT)
-                if p is None:
-                    return self._result(content, calls, errors, checkpoint, bad)
+                if p is None:  # (nothing held back: text without a tag's "<" stays content)
+                    return self._result(content, calls, errors, checkpoint, bad, prose_end=stop == n)
             try:
                 obj = scan_call_object(text, p)
                 call = _may_be_call(obj)
@@ -127,10 +127,14 @@ class Llama3JsonToolParser(ToolParser):
                 return self._result(content, calls, errors, checkpoint, bad)
             q = p
 
+    def prose_inert(self) -> re.Pattern[str] | None:
+        """In text (once the output did not start with a call) only a ``<|python_tag|>`` opens one."""
+        return without(self.start[0])
+
     @staticmethod
     def _result(content: list[str], calls: list[ToolCallPart], errors: list[str], checkpoint: Checkpoint | None,
-                bad: list[tuple[int, int | None]]) -> ParsedTools:
-        return ParsedTools("".join(content), tuple(calls), tuple(errors), checkpoint, tuple(bad))
+                bad: list[tuple[int, int | None]], *, prose_end: bool = False) -> ParsedTools:
+        return ParsedTools("".join(content), tuple(calls), tuple(errors), checkpoint, tuple(bad), prose_end=prose_end)
 
     def _until_call(self, text: str, q: int, *, final: bool) -> tuple[str, int | None, int]:
         """Content from ``q`` up to the next ``<|python_tag|>`` that opens a call: the text, where

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from ._content import without
 from ._py_literal import PyValue, is_open_string, scan_literal, string_end, string_prefix
 from ._scan import JsonError, partial_marker_start, skip_ws
 from ._xml_args import SchemaBound, _fits, _types, arguments_json, property_schema, streams_as_text, typed_value
@@ -110,6 +111,10 @@ class PythonicToolParser(SchemaBound):
             return self._text(text, 0, final=final)
         return self._calls(text, skip_ws(text, p + 1), final=final, opened_at=0)
 
+    def prose_inert(self) -> re.Pattern[str] | None:
+        """In text (once the answer did not open with a call list) only a ``<|python_start|>`` opens one."""
+        return without(PYTHON_START[0])
+
     def _text(self, text: str, q: int, *, final: bool) -> ParsedTools:
         """Text from ``q``: content, up to a ``<|python_start|>`` that opens a call list after it
         (Llama 4 may write the tag after text; a bare list only starts the answer). The tag itself
@@ -121,8 +126,8 @@ class PythonicToolParser(SchemaBound):
             if tag < 0:
                 stop = n if final else partial_marker_start(text, (PYTHON_START,), q)
                 content.append(text[q:stop])
-                done = "".join(content)
-                return ParsedTools(done, checkpoint=Checkpoint(stop, len(done), 0, 0, _CONTENT))
+                done = "".join(content)  # (nothing held back: text without a tag's "<" stays content)
+                return ParsedTools(done, checkpoint=Checkpoint(stop, len(done), 0, 0, _CONTENT), prose_end=stop == n)
             content.append(text[q:tag])
             p = skip_ws(text, tag + len(PYTHON_START))
             opens = _opens_calls(text, p, final=final)

@@ -190,9 +190,16 @@ class VllmEngine:
         copies = _greedy_copies(s)
         prompt = tokens_input(list(req.prompt_token_ids))
         sent_prompt: set[int] = set()  # choices whose first chunk (prompt size, queue time) went out
+        # One choice, no logprobs: after its first chunk, every running output is one plain chunk
+        # (the per-token path in a few steps; the general loop below decides everything else).
+        single = copies == 1 and params.n == 1 and s.logprobs is None
         try:
             async for out in self._llm.generate(prompt, params, req.request_id):
-                for c in out.outputs:
+                outputs = out.outputs
+                if single and sent_prompt and len(outputs) == 1 and (c := outputs[0]).finish_reason is None:
+                    yield TokenChunk(c.index, c.text, len(c.token_ids))
+                    continue
+                for c in outputs:
                     if c.finish_reason == "abort":  # never reported as a normal stop
                         raise EngineAbortedError(f"request {req.request_id} was aborted")
                     logprobs = _logprobs(c, self.tokenizer, s.logprobs) if s.logprobs is not None else ()

@@ -129,6 +129,7 @@ class MessageStream:
             tool_parser = tool_parser.with_tools(tool_schemas)  # XML parameters are typed by schema
         self._tool_parser = tool_parser
         self._prose_inert = tool_parser.prose_inert() if tool_parser is not None else None
+        self._held_inert = tool_parser.held_inert if tool_parser is not None else None
         self._reasoning_parser = reasoning_parser
         self._tool_names = None if tool_names is None else frozenset(tool_names)
         self._id_factory = id_factory
@@ -209,7 +210,7 @@ class MessageStream:
         self._append(text_delta)
         if self._synced and not self._in_reasoning:
             if self._held and SKIP_HELD:
-                inert = self._tool_parser.held_inert if self._tool_parser is not None else None
+                inert = self._held_inert
                 if inert is not None and inert.fullmatch(text_delta):
                     return None  # nothing of the held call can be sent after this chunk: the next parse reads it
             wait = self._wait

@@ -1,10 +1,15 @@
-"""server/engine/vllm_engine.py without an engine: how requests are mapped to vLLM."""
+"""server/engine/vllm_engine.py without an engine: how requests are mapped to vLLM, and how its
+outputs come back as :class:`TokenChunk`s (over a scripted ``AsyncLLM``)."""
 from __future__ import annotations
 
+import asyncio
 import json
+from types import SimpleNamespace as NS
 from typing import Any
 
 import pytest
+
+from server.engine.base import EngineAbortedError, Sampling, TokenChunk
 
 pytest.importorskip("vllm")
 
@@ -43,3 +48,75 @@ def test_vllms_grammar_check_runs_once_per_spec(monkeypatch: pytest.MonkeyPatch)
     choice = params(choice=["a", "b"])
     validate(choice)  # rewritten into a grammar by the check: never skipped
     assert choice.structured_outputs.grammar and not choice.structured_outputs.choice
+
+
+# ---------------------------------------------------------------- outputs to chunks
+
+def _engine(outputs: list[Any]) -> Any:
+    from server.engine.vllm_engine import VllmEngine
+
+    engine = object.__new__(VllmEngine)  # no AsyncLLM: only the mapping of its outputs is exercised
+    engine._break_loops = False
+    engine._llm = _ScriptedLLM(outputs)
+    return engine
+
+
+def _out(*choices: tuple[int, str, int, str | None], prompt: int = 3, queued: float | None = None) -> Any:
+    metrics = NS(queued_ts=queued, scheduled_ts=None if queued is None else queued + 0.25)
+    return NS(outputs=[NS(index=i, text=t, token_ids=list(range(k)), finish_reason=f, logprobs=None)
+                       for i, t, k, f in choices],
+              prompt_token_ids=list(range(prompt)), metrics=metrics)
+
+
+class _ScriptedLLM:
+    def __init__(self, outputs: list[Any]) -> None:
+        self.outputs = outputs
+        self.params: Any = None
+
+    async def generate(self, prompt: Any, params: Any, request_id: str) -> Any:
+        self.params = params
+        for out in self.outputs:
+            yield out
+
+
+def _chunks(outputs: list[Any], sampling: Any) -> list[Any]:
+    from server.engine.base import GenerateRequest
+
+    engine = _engine(outputs)
+
+    async def run() -> list[Any]:
+        return [c async for c in engine.generate(GenerateRequest("r", [1, 2, 3], sampling))]
+
+    return asyncio.run(run())
+
+
+def test_one_choice_maps_every_output_in_order() -> None:
+    outs = [_out((0, "Hel", 1, None), queued=10.0), _out((0, "lo", 1, None)), _out((0, "", 0, None)),
+            _out((0, " you", 2, None)), _out((0, "!", 1, "length"))]
+    got = _chunks(outs, Sampling(max_tokens=5))
+    assert got == [TokenChunk(0, "Hel", 1, None, (), prompt_tokens=3, queue_seconds=0.25),
+                   TokenChunk(0, "lo", 1), TokenChunk(0, "", 0), TokenChunk(0, " you", 2),
+                   TokenChunk(0, "!", 1, "length")]
+
+
+def test_a_stop_of_any_kind_is_stop_and_an_abort_raises() -> None:
+    got = _chunks([_out((0, "a", 1, None)), _out((0, "b", 1, "stop_token"))], Sampling(max_tokens=5))
+    assert [c.finish_reason for c in got] == [None, "stop"]
+    with pytest.raises(EngineAbortedError):
+        _chunks([_out((0, "a", 1, None)), _out((0, "", 0, "abort"))], Sampling(max_tokens=5))
+
+
+def test_greedy_choices_are_copied_to_every_index() -> None:
+    outs = [_out((0, "a", 1, None)), _out((0, "b", 1, None)), _out((0, "c", 1, "stop"))]
+    got = _chunks(outs, Sampling(max_tokens=5, n=2, temperature=0.0))
+    assert [(c.index, c.text, c.prompt_tokens, c.finish_reason) for c in got] == [
+        (0, "a", 3, None), (1, "a", 3, None), (0, "b", 0, None), (1, "b", 0, None),
+        (0, "c", 0, "stop"), (1, "c", 0, "stop")]
+
+
+def test_sampled_choices_each_report_the_prompt_once() -> None:
+    outs = [_out((0, "a", 1, None)), _out((1, "x", 1, None)), _out((0, "b", 1, None), (1, "y", 1, "stop")),
+            _out((0, "c", 1, "length"))]
+    got = _chunks(outs, Sampling(max_tokens=5, n=2, temperature=1.0))
+    assert [(c.index, c.text, c.prompt_tokens, c.finish_reason) for c in got] == [
+        (0, "a", 3, None), (1, "x", 3, None), (0, "b", 0, None), (1, "y", 0, "stop"), (0, "c", 0, "length")]
