@@ -99,6 +99,10 @@ def _llama3_json(n: int) -> list[str]:
                  _prose(n, escaped=True), '"}}', n)
 
 
+def _harmony_final(n: int) -> list[str]:
+    return _wrap("<|channel|>final<|message|>", _prose(n), "<|return|>", n)
+
+
 def _mistral(n: int) -> list[str]:
     return _wrap('[TOOL_CALLS] [{"name": "write_file", "arguments": {"path": "a.py", "content": "',
                  _prose(n, escaped=True), '"}}]', n)
@@ -111,6 +115,7 @@ WORKLOADS: dict[str, tuple[str | None, str | None, Callable[[int], list[str]]]] 
     "content (tools: llama3_json)": ("llama3_json", None, _content),
     "content (tools: pythonic)": ("pythonic", None, _content),
     "content (tools: kimi_k3)": ("kimi_k3", None, _content),
+    "content (tools: gpt_oss, final message)": ("gpt_oss", None, _harmony_final),
     "hermes long string arg": ("hermes", None, _hermes_long_arg),
     "hermes many keys": ("hermes", None, _hermes_many_keys),
     "hermes short calls": ("hermes", None, _hermes_short_calls),

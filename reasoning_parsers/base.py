@@ -24,6 +24,8 @@ Conventions (checked against ``testdata/parsers/cases.json``):
 """
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -83,6 +85,14 @@ class ReasoningParser:
             return self
         return type(self)(thinking=thinking, tool_start=self.tool_start)
 
+    def inert(self) -> re.Pattern[str] | None:
+        """Chunks that only extend the reasoning: after a :meth:`split_at` inside the block that held
+        nothing back (its position is the text's end, nothing after the block), a chunk all of this
+        pattern is what the reasoning grows by, so a stream sends it without splitting again
+        (MessageStream). Only the end marker or a ``tool_start`` marker ends the block, and neither
+        can begin in a chunk without its first character. None: split every chunk."""
+        return _without("".join(sorted({m[0] for m in (self.end, *self.tool_start)})))
+
     def split(self, text: str, *, final: bool) -> tuple[str, str]:
         """``(reasoning, rest)`` of the whole text so far."""
         reasoning, rest, _ = self.split_at(text, final=final)
@@ -128,3 +138,9 @@ class ReasoningParser:
                     hold = min(hold, n - k)
                     break
         return hold
+
+
+@functools.lru_cache(maxsize=64)
+def _without(chars: str) -> re.Pattern[str]:
+    """Text without any of ``chars`` (one pattern per set of markers' first characters, per process)."""
+    return re.compile(f"[^{re.escape(chars)}]+")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from ._calls import named_arguments
+from ._content import without
 from ._scan import JsonError, partial_marker_start, skip_ws
 from .base import CallFormat, Checkpoint, JsonObject, JsonValue, ModelFamily, ParsedTools, ToolCallPart, ToolParser
 
@@ -44,6 +45,7 @@ _RECIPIENT = re.compile(r"(?:^|\s)to=([^\s<]+)")
 _CHANNEL_NAME = re.compile(re.escape(CHANNEL) + r"(\w+)")
 _BAD_HEADER = re.compile(r"<\|(?!channel\|>|constrain\|>)|\n")  # what never sits inside a header
 _REASONING, _CONTENT, _SKIP = "analysis", "content", "skip"  # resume words: inside a body of this kind
+_OUTSIDE = "outside"  # resume word: in text outside any message (content up to a header)
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class HarmonyToolParser(ToolParser):
         bad: list[tuple[int, int | None]] = []
         checkpoint: Checkpoint | None = None
         n = len(text)
+        prose = False  # the text ends in content with nothing held back (ParsedTools.prose_end)
 
         def settled(pos: int, kind: str | None = None) -> Checkpoint:
             return Checkpoint(pos, sum(map(len, content)), len(calls), len(errors), kind,
@@ -128,22 +131,44 @@ class HarmonyToolParser(ToolParser):
         def body(pos: int, kind: str) -> tuple[int | None, Checkpoint | None]:
             """A body from ``pos`` to its end marker: (where the next message starts, a checkpoint)."""
             into = reasoning if kind == _REASONING else content if kind == _CONTENT else None
+            nonlocal prose
             at, marker = _first_end(text, pos)
             if at < 0:
                 stop = n if final else partial_marker_start(text, _ENDS, pos)
                 if into is not None:
                     into.append(text[pos:stop])
+                prose = kind == _CONTENT and stop == n
                 return None, settled(stop, kind) if stop > pos and not final else None
             if into is not None:
                 into.append(text[pos:at])
             return at + len(marker), None
 
+        def outside(p: int) -> int | None:
+            """Text outside any message from ``p`` (a model that did not write Harmony): content up
+            to the next header (where the next message starts; None: the text ends in it)."""
+            nonlocal prose, checkpoint
+            q = min((i for i in (text.find(CHANNEL, p), text.find(START, p)) if i >= 0), default=-1)
+            stop = q if q >= 0 else n if final else partial_marker_start(text, (CHANNEL, START), p)
+            content.append(text[p:stop])
+            if q >= 0:
+                return q
+            prose = stop == n
+            if stop > p and not final:  # (what follows the text read so far cannot change it)
+                checkpoint = settled(stop, _OUTSIDE)
+            return None
+
         pos = 0
-        if resume in (_REASONING, _CONTENT, _SKIP):
+        if resume == _OUTSIDE:
+            nxt = outside(0)
+            if nxt is None:
+                return ParsedTools("".join(content), (), (), checkpoint, (), prose_end=prose)
+            pos = nxt
+        elif resume in (_REASONING, _CONTENT, _SKIP):
             nxt, cp = body(0, resume)
             checkpoint = cp or (settled(nxt) if nxt is not None else None)
             if nxt is None:
-                return ParsedTools("".join(content), (), (), checkpoint, (), reasoning="".join(reasoning))
+                return ParsedTools("".join(content), (), (), checkpoint, (), reasoning="".join(reasoning),
+                                   prose_end=prose)
             pos = nxt
         while True:
             p = skip_ws(text, pos)
@@ -154,13 +179,10 @@ class HarmonyToolParser(ToolParser):
             if p >= n:
                 break
             if not any(text.startswith(h, p) or (not final and h.startswith(text[p:])) for h in _HEADER_STARTS):
-                # text outside any message (a model that did not write Harmony): content up to a header
-                q = min((i for i in (text.find(CHANNEL, p), text.find(START, p)) if i >= 0), default=-1)
-                stop = q if q >= 0 else n if final else partial_marker_start(text, (CHANNEL, START), p)
-                content.append(text[p:stop])
-                if q < 0:
+                nxt = outside(p)
+                if nxt is None:
                     break
-                pos = q
+                pos = nxt
                 continue
             m = text.find(MESSAGE, p)
             bad_at = _BAD_HEADER.search(text, p + len(START) * text.startswith(START, p), m if m >= 0 else n)
@@ -236,7 +258,12 @@ class HarmonyToolParser(ToolParser):
             pos = nxt
             checkpoint = settled(pos)
         return ParsedTools("".join(content), tuple(calls), tuple(errors), checkpoint, tuple(bad),
-                           reasoning="".join(reasoning))
+                           reasoning="".join(reasoning), prose_end=prose)
+
+    def prose_inert(self) -> re.Pattern[str] | None:
+        """In a final message's body (or text outside any message) only a marker ends the content,
+        and every Harmony marker begins with ``<``."""
+        return without(START[0])
 
 
 def _first_end(text: str, pos: int) -> tuple[int, str]:

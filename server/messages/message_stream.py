@@ -79,6 +79,7 @@ FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsi
 SKIP_HELD = True  # tests turn it off to compare with a parse of every chunk (ToolParser.held_inert)
 SKIP_WAIT = True  # tests turn it off to compare with a parse of every chunk (ParsedTools.wait)
 SKIP_CONTENT = True  # tests turn it off to compare with a parse of every chunk (ToolParser.prose_inert)
+SKIP_REASONING = True  # tests turn it off to compare with a parse of every chunk (ReasoningParser.inert)
 _BLANK = " \t\n\r"  # JSON's whitespace (ParsedTools.wait's blank_first)
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 
@@ -129,6 +130,7 @@ class MessageStream:
             tool_parser = tool_parser.with_tools(tool_schemas)  # XML parameters are typed by schema
         self._tool_parser = tool_parser
         self._prose_inert = tool_parser.prose_inert() if tool_parser is not None else None
+        self._reasoning_inert = reasoning_parser.inert() if reasoning_parser is not None else None
         self._held_inert = tool_parser.held_inert if tool_parser is not None else None
         self._reasoning_parser = reasoning_parser
         self._tool_names = None if tool_names is None else frozenset(tool_names)
@@ -155,6 +157,7 @@ class MessageStream:
         self._resume: str | None = None
         self._grown = False
         self._reasoning_settled: int | None = None
+        self._reasoning_open = False  # the last parse read all the reasoning text: none held back (_in_open_reasoning)
         self._bad: tuple[tuple[int, int | None], ...] = ()  # malformed regions in the last parse
         self._known_bad: frozenset[int] = frozenset()  # their starts when it was sent
         self._frozen = False
@@ -208,7 +211,12 @@ class MessageStream:
             self._done.content.append(text_delta)
             return MessageDelta(None, text_delta, ()) if self._streaming else None
         self._append(text_delta)
-        if self._synced and not self._in_reasoning:
+        if self._in_reasoning:
+            if self._synced and SKIP_REASONING and self._in_open_reasoning(text_delta):
+                sent = self._sent
+                self._sent = Parsed(sent.reasoning + text_delta, sent.content, sent.tool_calls, sent.tool_call_ids)
+                return MessageDelta(text_delta, None, ()) if self._streaming else None
+        elif self._synced:
             if self._held and SKIP_HELD:
                 inert = self._held_inert
                 if inert is not None and inert.fullmatch(text_delta):
@@ -288,6 +296,15 @@ class MessageStream:
         inert = self._prose_inert
         return (inert is not None and self._prose and not self._frozen and sent.content != ""
                 and len(self._tail) < 2 * _SETTLE_AFTER and inert.fullmatch(text) is not None)
+
+    def _in_open_reasoning(self, text: str) -> bool:
+        """Whether ``text`` only extends the reasoning: the last parse (sent) is inside the block with
+        reasoning in it and nothing held back (no marker begun), and ``text`` cannot begin the end
+        of the block (``ReasoningParser.inert``). A parse still comes every ``2 * _SETTLE_AFTER``
+        characters, to settle the text."""
+        inert = self._reasoning_inert
+        return (inert is not None and self._reasoning_open and not self._frozen and self._sent.reasoning != ""
+                and len(self._reasoning_text) < 2 * _SETTLE_AFTER and inert.fullmatch(text) is not None)
 
     def _open_call_arguments(self) -> bool:
         """Whether the last call sent is open, streamed, and its text ends inside its arguments
@@ -417,7 +434,9 @@ class MessageStream:
                 self._reasoning_text, final=final, inside=self._inside)
             if not (rest or final):
                 self._reasoning_settled = settled
+                self._reasoning_open = settled == len(self._reasoning_text)
                 return Parsed(reasoning, ""), None
+            self._reasoning_open = False
             self._in_reasoning, self._reasoning, self._tail, self._grown = False, reasoning, rest, False
         if self._tool_parser is None:
             n = len(self._tail)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from reasoning_parsers import get_reasoning_parser
+from reasoning_parsers import REASONING_PARSERS, get_reasoning_parser
 from server.messages import message_stream
 from server.messages.message_stream import (
     MessageDelta,
@@ -608,3 +608,54 @@ def test_early_names_keep_a_call_cut_after_its_name_as_unfinished() -> None:
     assert "".join(tc.arguments for _, tc in found) == "{}"
     final, found = _first_call_deltas([text[:35], text[35:]], early=False)
     assert final.tool_calls == [] and found == []
+
+
+@pytest.mark.parametrize("name", REASONING_PARSERS)
+def test_reasoning_skips_the_parse_and_sends_the_same_deltas(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ReasoningParser.inert``: inside the thinking block, with nothing held back, a chunk that
+    cannot begin the block's end is sent as reasoning without a split. Against a split of every
+    chunk: the same delta at every chunk and the same message, with and without a tool parser,
+    thinking on and off, blocks that end, stay open, hold partial end markers or a call; and far
+    fewer parses in a long block."""
+    from bench.parse_cost import tokens_of
+
+    base = get_reasoning_parser(name)
+    tool = get_tool_parser("hermes")
+    rng = random.Random(f"reasoning-{name}")
+    words = ["Let me think. ", "the area is 12. ", "\n\n", "  ", "a < b and c > d ", "x" * 30 + " ", "thought\n",
+             base.end[:-1] + " ", base.end[: len(base.end) // 2], base.start[:-1], "[1] {2} | "]
+
+    def stream(text: str, chunks: list[str], *, skip: bool, thinking: bool, tools: bool,
+               counts: dict[bool, int]) -> tuple[list[MessageDelta | None], FinalMessage]:
+        monkeypatch.setattr(message_stream, "SKIP_REASONING", skip)
+        parser = get_reasoning_parser(name, thinking=thinking, tool_start=(tool.start,) if tools else ())
+        ids = iter(f"call_{k}" for k in range(100))
+        s = MessageStream(tool_parser=tool if tools else None, reasoning_parser=parser, tool_names=["f"],
+                          id_factory=lambda: next(ids))
+        advance = s._advance
+
+        def counted(*, final: bool) -> MessageDelta | None:
+            counts[skip] += 1
+            return advance(final=final)
+
+        monkeypatch.setattr(s, "_advance", counted)
+        return [s.feed(c) for c in chunks] + [s.finish()], s.final_message()
+
+    counts = {False: 0, True: 0}
+    for i in range(60):
+        thinking, tools = i % 3 != 2, i % 2 == 0
+        body = "".join(rng.choice(words) for _ in range(rng.randint(0, 8 if i % 5 else 90)))
+        text = rng.choice(["", base.start, " " + base.start]) + body
+        if i % 4 != 3:  # the block ends (or a call ends it), then content or a call
+            text += rng.choice([base.end, base.end + "\n", tool.write([("f", {"a": 1})])])
+            text += rng.choice(["", "The answer is 12.", tool.write([("f", {"a": 2})])])
+        size = rng.randint(1, 5)
+        for chunks in (tokens_of(text), [text[k:k + size] for k in range(0, len(text), size)]):
+            got = {skip: stream(text, chunks, skip=skip, thinking=thinking, tools=tools, counts=counts)
+                   for skip in (False, True)}
+            assert got[True] == got[False], (text, chunks)
+    long = tokens_of(base.start + "".join(rng.choice(words[:6]) for _ in range(200)) + base.end + "Done.")
+    slow, fast = {False: 0, True: 0}, {False: 0, True: 0}
+    stream("", long, skip=False, thinking=True, tools=True, counts=slow)
+    stream("", long, skip=True, thinking=True, tools=True, counts=fast)
+    assert fast[True] < 0.5 * slow[False], (fast, slow)
