@@ -63,23 +63,15 @@ from tool_parsers.base import Checkpoint, JsonError, ScanCache, ToolCallPart, To
 if TYPE_CHECKING:  # a type only: reasoning parsers may come to import tool_parsers
     from reasoning_parsers.base import ReasoningParser
 
-__all__ = [
-    "Parsed",
-    "ToolCallDelta",
-    "MessageDelta",
-    "FinalToolCall",
-    "FinalMessage",
-    "StreamRetractionError",
-    "compute_deltas",
-    "new_tool_call_id",
-    "MessageStream",
-]
+__all__ = ["Parsed", "ToolCallDelta", "MessageDelta", "FinalToolCall", "FinalMessage", "StreamRetractionError",
+           "compute_deltas", "new_tool_call_id", "MessageStream"]
 
 FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsing path
-SKIP_HELD = True  # tests turn it off to compare with a parse of every chunk (ToolParser.held_inert)
-SKIP_WAIT = True  # tests turn it off to compare with a parse of every chunk (ParsedTools.wait)
-SKIP_CONTENT = True  # tests turn it off to compare with a parse of every chunk (ToolParser.prose_inert)
-SKIP_REASONING = True  # tests turn it off to compare with a parse of every chunk (ReasoningParser.inert)
+# Chunks sent without a parse; tests turn each off to compare with a parse of every chunk:
+SKIP_HELD = True  # ToolParser.held_inert
+SKIP_WAIT = True  # ParsedTools.wait
+SKIP_CONTENT = True  # ToolParser.prose_inert
+SKIP_REASONING = True  # ReasoningParser.inert
 _BLANK = " \t\n\r"  # JSON's whitespace (ParsedTools.wait's blank_first)
 _SETTLE_AFTER = 256  # re-read at most about this much settled text per step (settling has a cost too)
 
@@ -109,9 +101,9 @@ class MessageStream:
     on malformed calls applies.
 
     Cost: each feed parses only the text after the last checkpoint (the reasoning parser's
-    settled point, then the tool parser's :class:`~tool_parsers.base.Checkpoint`), and JSON
-    scans resume where they stopped (:class:`ScanCache`), so the work per token does not grow
-    with the length of the output.
+    settled point, then the tool parser's :class:`~tool_parsers.base.Checkpoint`), JSON scans
+    resume where they stopped (:class:`ScanCache`), and chunks that cannot change the parse are
+    not parsed (the ``SKIP_*`` rules), so the work per token does not grow with the output.
     """
 
     def __init__(
@@ -213,8 +205,7 @@ class MessageStream:
         self._append(text_delta)
         if self._in_reasoning:
             if self._synced and SKIP_REASONING and self._in_open_reasoning(text_delta):
-                sent = self._sent
-                self._sent = Parsed(sent.reasoning + text_delta, sent.content, sent.tool_calls, sent.tool_call_ids)
+                self._sent = Parsed(self._sent.reasoning + text_delta, "")  # (no content inside the block)
                 return MessageDelta(text_delta, None, ()) if self._streaming else None
         elif self._synced:
             if self._held and SKIP_HELD:
@@ -287,21 +278,18 @@ class MessageStream:
         )
 
     def _in_prose(self, text: str) -> bool:
-        """Whether ``text`` only extends content: the last parse (sent) found no call (not even a
-        dropped or unfinished one) and no malformed region, and ends in content with text (a blank
-        run alone is held, never sent), and ``text`` cannot begin a call (``ToolParser.prose_inert``).
-        A parse still comes every ``2 * _SETTLE_AFTER`` characters, to settle the text (so the
-        content kept per chunk stays short)."""
+        """Whether ``text`` only extends content: the last parse (sent) found no call, not even a dropped
+        one, and no malformed region, and ends in content with text (a blank run alone is held), and
+        ``text`` cannot begin a call (``ToolParser.prose_inert``). A parse every ``2 * _SETTLE_AFTER``
+        characters still settles the text."""
         sent = self._sent
         inert = self._prose_inert
         return (inert is not None and self._prose and not self._frozen and sent.content != ""
                 and len(self._tail) < 2 * _SETTLE_AFTER and inert.fullmatch(text) is not None)
 
     def _in_open_reasoning(self, text: str) -> bool:
-        """Whether ``text`` only extends the reasoning: the last parse (sent) is inside the block with
-        reasoning in it and nothing held back (no marker begun), and ``text`` cannot begin the end
-        of the block (``ReasoningParser.inert``). A parse still comes every ``2 * _SETTLE_AFTER``
-        characters, to settle the text."""
+        """Whether ``text`` only extends the reasoning (as :meth:`_in_prose` the content): the last parse
+        is inside the block, with reasoning and nothing held back, and ``ReasoningParser.inert`` says so."""
         inert = self._reasoning_inert
         return (inert is not None and self._reasoning_open and not self._frozen and self._sent.reasoning != ""
                 and len(self._reasoning_text) < 2 * _SETTLE_AFTER and inert.fullmatch(text) is not None)
@@ -436,7 +424,6 @@ class MessageStream:
                 self._reasoning_settled = settled
                 self._reasoning_open = settled == len(self._reasoning_text)
                 return Parsed(reasoning, ""), None
-            self._reasoning_open = False
             self._in_reasoning, self._reasoning, self._tail, self._grown = False, reasoning, rest, False
         if self._tool_parser is None:
             n = len(self._tail)
