@@ -124,6 +124,7 @@ class MessageStream:
         self._prose_inert = tool_parser.prose_inert() if tool_parser is not None else None
         self._reasoning_inert = reasoning_parser.inert() if reasoning_parser is not None else None
         self._held_inert = tool_parser.held_inert if tool_parser is not None else None
+        self._start_marker = tool_parser.start if tool_parser is not None else None
         self._reasoning_parser = reasoning_parser
         self._tool_names = None if tool_names is None else frozenset(tool_names)
         self._id_factory = id_factory
@@ -217,6 +218,9 @@ class MessageStream:
                 rest = self._tail[wait[0]:].lstrip(_BLANK) if wait[2] else self._tail[wait[0]:]
                 if len(rest) < len(wait[1]) and wait[1].startswith(rest):
                     return None  # a marker still being written: the parse would be the last one (ParsedTools.wait)
+                if rest == wait[1] == self._start_marker:  # a call's start, whole: nothing of it to send yet
+                    self._wait, self._prose = None, False  # (so the next chunk is parsed)
+                    return None
             elif wait is None and SKIP_CONTENT and self._in_prose(text_delta):
                 sent = self._sent
                 self._sent = Parsed(sent.reasoning, sent.content + text_delta, (), ())
