@@ -103,6 +103,12 @@ def _harmony_final(n: int) -> list[str]:
     return _wrap("<|channel|>final<|message|>", _prose(n), "<|return|>", n)
 
 
+def _harmony_analysis_then_final(n: int) -> list[str]:
+    half = n // 2
+    return (tokens_of("<|channel|>analysis<|message|>") + _prose(half)
+            + tokens_of("<|end|><|start|>assistant<|channel|>final<|message|>") + _prose(n - half) + tokens_of("<|return|>"))
+
+
 def _mistral(n: int) -> list[str]:
     return _wrap('[TOOL_CALLS] [{"name": "write_file", "arguments": {"path": "a.py", "content": "',
                  _prose(n, escaped=True), '"}}]', n)
@@ -116,6 +122,7 @@ WORKLOADS: dict[str, tuple[str | None, str | None, Callable[[int], list[str]]]] 
     "content (tools: pythonic)": ("pythonic", None, _content),
     "content (tools: kimi_k3)": ("kimi_k3", None, _content),
     "content (tools: gpt_oss, final message)": ("gpt_oss", None, _harmony_final),
+    "analysis then final (gpt_oss)": ("gpt_oss", "openai_gptoss", _harmony_analysis_then_final),
     "hermes long string arg": ("hermes", None, _hermes_long_arg),
     "hermes many keys": ("hermes", None, _hermes_many_keys),
     "hermes short calls": ("hermes", None, _hermes_short_calls),
