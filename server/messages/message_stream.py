@@ -370,7 +370,8 @@ class MessageStream:
                 self._done.reasoning.append(current.reasoning)
                 self._sent = Parsed("", "")
                 self._reasoning_text, self._inside = self._reasoning_text[self._reasoning_settled :], True
-            elif checkpoint is not None and checkpoint[0].pos >= _SETTLE_AFTER and self._repeat is None:
+            elif checkpoint is not None and (checkpoint[0].pos >= _SETTLE_AFTER or checkpoint[1]) and self._repeat is None:
+                # (complete calls settle at once: a turn of short calls is not re-read call by call)
                 self._settle(*checkpoint)
             return merge_deltas(head, delta)
         raise RuntimeError("too many malformed tool calls in one step")
