@@ -86,7 +86,10 @@ class MistralToolParser(BlockToolParser):
         if text[p] == "[" and not text.startswith(self.args_marker, p):
             return self._arrays(text, p, final=final, errors=errors)
         if text[p] == "{":  # call objects without the array's brackets
-            return call_objects(text, p, final=final)
+            calls, end = call_objects(text, p, final=final)
+            if end is not None and not final and skip_ws(text, end) >= len(text):
+                return calls, None  # the text ends after an object: another may follow (as after an array)
+            return calls, end
         return self._named(text, p, final=final)
 
     def _arrays(self, text: str, p: int, *, final: bool,

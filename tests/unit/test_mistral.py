@@ -372,3 +372,15 @@ def test_multi_turn_history_with_results_and_nine_character_ids(make_app: Any, h
                         "[TOOL_RESULTS]sunny[/TOOL_RESULTS][TOOL_RESULTS]noon[/TOOL_RESULTS]"),
     }[parser]
     assert history in prompt, prompt
+
+
+@pytest.mark.parametrize("name", ["mistral", "mistral_v11", "mistral_v13"])
+def test_adjacent_call_objects_are_not_settled_before_the_next_one(name: str) -> None:
+    """Call objects without the array's brackets, one right after another: a text that ends after
+    an object may go on with another, so no checkpoint passes it (a stream that settled there read
+    the next object as content)."""
+    from tests.unit.parser_contract import checkpoint_checks
+
+    objects = '{"name": "get_weather", "arguments": {"city": "Paris"}}{"name": "get_time", "arguments": {"tz": "UTC"}}'
+    texts = ["[TOOL_CALLS] " + objects, "[TOOL_CALLS]" + objects.replace("}{", "} \n{"), "Sure. [TOOL_CALLS] " + objects]
+    assert checkpoint_checks(get_tool_parser(name), texts) > 100
