@@ -32,6 +32,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
+import numpy as np
+
 from server.engine.budget_plan import PROBE, BudgetHeader, GuidanceBytes, Vocab, XGrammarBytes, shortest_completion
 
 if TYPE_CHECKING:
@@ -83,12 +85,18 @@ class BudgetTables:
         # pack into the int32 words of a token bitmask row (bit i of word w = token 32w + i)
         weights = torch.tensor([1 << i for i in range(32)], dtype=torch.int64)
         packed = (neutral.view(words, 32).to(torch.int64) * weights).sum(dim=1)
-        self.neutral = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32)
+        # numpy rows: the steering works on a numpy view of vLLM's bitmask row (a torch call costs
+        # several microseconds; the same on a numpy array, well under one)
+        self.neutral = torch.where(packed >= 1 << 31, packed - (1 << 32), packed).to(torch.int32).numpy()
         self.opening = ~self.neutral  # the tokens that may open something, made once
         # printable ASCII without structure bytes: written inside free text, such a token neither
         # leaves it (no quote, no backslash, no ``<``) nor ends inside a character
         plain = bytes(b for b in range(32, 127) if b not in NON_NEUTRAL)
         self.inert = bytes(bool(data) and not data.translate(None, plain) for data in token_bytes)
+        # the token that spells the free-text probe alone, if any: whether the grammar takes the
+        # probe then reads off XGrammar's mask (exact per token) instead of a trial on a copy
+        probe = self.vocab.tokens(PROBE)
+        self.probe = probe[0] if probe is not None and len(probe) == 1 and token_bytes[probe[0]] == PROBE else None
 
     _lock = threading.Lock()
     _cache: dict[int, BudgetTables] = {}
@@ -109,12 +117,12 @@ def _bit(token: int) -> int:
     return bit - (1 << 32) if bit >= 1 << 31 else bit
 
 
-def _only(row: torch.Tensor, token: int) -> None:
-    row.zero_()
+def _only(row: np.ndarray, token: int) -> None:
+    row[:] = 0
     row[token // 32] = _bit(token)
 
 
-def _with(keep: torch.Tensor, tokens: list[int]) -> torch.Tensor:
+def _with(keep: np.ndarray, tokens: list[int]) -> np.ndarray:
     """``keep`` (a bitmask row) with ``tokens``' bits set too."""
     for token in tokens:
         if token < 32 * keep.shape[0]:
@@ -122,14 +130,12 @@ def _with(keep: torch.Tensor, tokens: list[int]) -> torch.Tensor:
     return keep
 
 
-def _tokens_of(row: torch.Tensor, *, at_most: int | None = None) -> list[int] | None:
-    """The token ids whose bits are set in a bitmask row (a CPU tensor, as vLLM fills it); None when
-    more than ``at_most`` words hold one (so more tokens than that: the caller would not try them
-    one by one anyway). numpy reads the row in place and unpacks only the words that hold a bit
+def _tokens_of(row: np.ndarray | torch.Tensor, *, at_most: int | None = None) -> list[int] | None:
+    """The token ids whose bits are set in a bitmask row (a CPU tensor, as vLLM fills it, or a numpy
+    view of one); None when more than ``at_most`` words hold one (so more tokens than that: the
+    caller would not try them one by one anyway). numpy reads the row in place and unpacks only the words that hold a bit
     (a whole 150k-token row unpacked is a 150k-byte array, for the few tokens at a choice)."""
-    import numpy as np
-
-    words = row.numpy().astype("<i4", copy=False)  # (a view on little-endian machines)
+    words = np.asarray(row).astype("<i4", copy=False)  # (a view on little-endian machines)
     held = np.flatnonzero(words)
     if at_most is not None and len(held) > at_most:
         return None
@@ -138,7 +144,19 @@ def _tokens_of(row: torch.Tensor, *, at_most: int | None = None) -> list[int] | 
     return (held[:, None] * 32 + np.arange(32))[bits.astype(bool)].tolist()
 
 
-def _allows(row: torch.Tensor, token: int) -> bool:
+_SPACE = b" \t\r\n"
+
+
+def _completes(m: _Matcher, rest: bytes) -> bool:
+    """Whether ``rest`` ends the answer from ``m``'s state (``m`` is left as it was)."""
+    mark = m.mark()
+    try:
+        return (not rest or m.accept(rest)) and m.can_stop()
+    finally:
+        m.back_to(mark)
+
+
+def _allows(row: np.ndarray | torch.Tensor, token: int) -> bool:
     return bool((int(row[token // 32]) >> (token % 32)) & 1)
 
 
@@ -181,6 +199,7 @@ class BudgetGrammar:
         self._bytes: bytes | None = None  # the last ending, as bytes, and when it was worked out
         self._bytes_at = -1
         self._walked_at = -1
+        self._checked_at = -1  # when the last ending was last shown valid (walked or checked)
         self._last_token: int | None = None
         self._copy: _Matcher | None = None  # this step's copy of the matcher (see _work)
         self._in_text = False  # the last look found the answer inside free text, far from the zone
@@ -206,6 +225,7 @@ class BudgetGrammar:
         self.taken = max(0, self.taken - num_tokens)
         self.plan = None
         self._bytes = None
+        self._checked_at = -1
         self._looked_at = -_FAR_EVERY
         self._in_text = False
 
@@ -217,6 +237,7 @@ class BudgetGrammar:
         self.taken = 0
         self.plan = None
         self._bytes = None
+        self._checked_at = -1
         self._last = None
         self._looked_at = -_FAR_EVERY
         self._in_text = False
@@ -225,7 +246,7 @@ class BudgetGrammar:
         self.inner.fill_bitmask(bitmask, idx)
         if self.inner.is_terminated() or self._idle() or self._still_in_text():
             return  # the common case: nothing to steer, nothing copied
-        row = bitmask[idx]
+        row = bitmask[idx].numpy()  # a view: what is cleared here is cleared in vLLM's bitmask
         try:
             self._steer(row)
         except Exception:  # noqa: BLE001 - never worse than the plain grammar: log, restore its mask
@@ -261,23 +282,35 @@ class BudgetGrammar:
         data = self._reused()
         if data is None:
             data = shortest_completion(self._work(), self.header.closers)
-            self._walked_at = self.taken
+            self._walked_at = self._checked_at = self.taken
         self._bytes, self._bytes_at = data, self.taken
         return data
 
     def _reused(self) -> bytes | None:
         """The last ending, still valid from here, when it was walked at most :data:`_REWALK_EVERY`
         tokens ago: what the model wrote since was its start (then the rest), or content that
-        leaves it valid (a string's text). One check instead of a walk: a few microseconds."""
+        leaves it valid (a string's text). One check instead of a walk: a few microseconds; none
+        at all (not even the step's copy of the matcher) where the token written was the start of
+        an ending shown valid a step ago: the grammar reads bytes, so the rest ends the answer
+        from here as the whole did from there."""
         last = self._bytes
         if last is None or self.taken - self._walked_at > _REWALK_EVERY or self.taken - self._bytes_at != 1:
             return None
         written = self.tables.token_bytes[self._last_token] if self._last_token is not None else b""
-        rest = last[len(written):] if written and last.startswith(written) else last
+        if written and last.startswith(written):
+            rest = last[len(written):]
+            if self._checked_at == self.taken - 1:
+                self._checked_at = self.taken
+                return rest
+        else:
+            rest = last
         m = self._work()
         mark = m.mark()
         try:
-            return rest if (not rest or m.accept(rest)) and m.can_stop() else None
+            if (not rest or m.accept(rest)) and m.can_stop():
+                self._checked_at = self.taken
+                return rest
+            return None
         finally:
             m.back_to(mark)
 
@@ -285,7 +318,7 @@ class BudgetGrammar:
         count = self.tables.vocab.count(data)
         return len(data) if count is None else count
 
-    def _first(self, row: torch.Tensor, data: bytes) -> int | None:
+    def _first(self, row: np.ndarray, data: bytes) -> int | None:
         """The longest token that starts ``data`` and that the mask allows now (a grammar may allow
         fewer tokens than the bytes they spell: llguidance keeps to forced text's own tokens)."""
         return self.tables.vocab.first(data, lambda token: _allows(row, token))
@@ -318,7 +351,7 @@ class BudgetGrammar:
         self._bytes_at = self.taken
         return True
 
-    def _steer(self, row: torch.Tensor) -> None:
+    def _steer(self, row: np.ndarray) -> None:
         self._in_text = False
         left = self.header.max_tokens - self.taken
         if left <= 0:
@@ -358,56 +391,99 @@ class BudgetGrammar:
             return
         if left > zone:
             self._zone = zone
-            self._ban_what_would_not_fit(row, left)
+            self._ban_what_would_not_fit(row, left, ending)
             return
         # neutral tokens only where the grammar forces nothing (not inside a key name, whose rest a
         # short token would split into more tokens than the ending counted)
-        keep = self.tables.neutral[: row.shape[0]].clone() if not self._work().forced() else row.new_zeros(row.shape)
+        keep = self.tables.neutral[: row.shape[0]].copy() if not self._work().forced() else np.zeros_like(row)
         first = self._first(row, ending)
         row &= _with(keep, self.stop_ids + ([first] if first is not None else []))
 
-    def _ban_what_would_not_fit(self, row: torch.Tensor, left: int) -> None:
+    def _ban_what_would_not_fit(self, row: np.ndarray, left: int, ending: bytes) -> None:
         """At a choice between structures (not inside free text, nothing forced), each token that
         opens something (a bracket, a quote, a comma...) is tried on a copy: one whose shortest ending
         would not fit in the tokens left after it is banned. An array item or an optional property
-        can cost far more than the whole answer's minimum, so no fixed margin is enough."""
-        matcher = self._work()
-        if matcher.forced():
+        can cost far more than the whole answer's minimum, so no fixed margin is enough.
+
+        Known completions from here (``ending``, and each trial's token with the ending its walk
+        found; shortest tokens first, so ``,`` is walked before ``, "``) spare most walks: a token
+        that starts one is kept without a trial when the rest fits with :data:`ZONE` tokens to
+        spare (the grammar reads bytes, so the rest completes the answer after it); for any other,
+        the rest of a known completion after the token's bytes, spaces aside (after ``" :"``, the
+        ``0}`` of a known ``:0}``), is checked on the copy: one accept instead of a walk.
+        """
+        if self._forced_here():
             return
-        if matcher.takes(PROBE):
+        if self._takes_probe(row):
             self._in_text = True
             return
+        token_bytes = self.tables.token_bytes
+        known = [ending] if ending else []
+        room = left - 1 - ZONE
 
-        def fits(trial: _Matcher) -> bool:
-            ending = shortest_completion(trial, self.header.closers)
-            return ending is not None and self._count(ending) <= left - 1
+        def shown_to_fit(token: int) -> bool:
+            data = token_bytes[token] if token < len(token_bytes) else b""
+            return bool(data) and any(c.startswith(data) and self._count(c[len(data):]) <= room for c in known)
 
-        self._drop_unless(row, _tokens_of(row & self.tables.opening[: row.shape[0]],
-                                         at_most=_TRY_AT_MOST + len(self.stop_ids)), fits)
+        def fits(trial: _Matcher, token: int) -> bool:
+            data = token_bytes[token].strip(_SPACE) if token < len(token_bytes) else b""
+            for c in known:
+                at = c.find(data) if data else -1
+                if at >= 0 and self._count(rest := c[at + len(data):]) <= room and _completes(trial, rest):
+                    return True
+            found = shortest_completion(trial, self.header.closers)
+            if found is None:
+                return False
+            known.append(token_bytes[token] + found)
+            return self._count(found) <= left - 1
 
-    def _keep_complete(self, row: torch.Tensor) -> None:
+        tokens = _tokens_of(row & self.tables.opening[: row.shape[0]], at_most=_TRY_AT_MOST + len(self.stop_ids))
+        if tokens is not None:
+            tokens.sort(key=lambda t: len(token_bytes[t]) if t < len(token_bytes) else 0)
+        self._drop_unless(row, tokens, fits, known=shown_to_fit)
+
+    def _forced_here(self) -> bool:
+        """Whether the grammar forces the next bytes: XGrammar's live matcher answers without a
+        copy (its jump-forward look changes nothing and leaves no memory, unlike a refused trial)."""
+        matcher = getattr(self.inner, "matcher", None)
+        if matcher is not None:
+            return bool(XGrammarBytes(matcher).forced())
+        return bool(self._work().forced())
+
+    def _takes_probe(self, row: np.ndarray) -> bool:
+        """Whether the grammar takes the free-text probe here (inside a string or a think block):
+        read off XGrammar's untouched mask where one token spells the probe."""
+        probe = self.tables.probe
+        if probe is not None and hasattr(self.inner, "matcher") and probe < 32 * row.shape[0]:
+            return _allows(row, probe)
+        return self._work().takes(PROBE)
+
+    def _keep_complete(self, row: np.ndarray) -> None:
         """The answer is complete and a new part would not fit: only tokens after which it is
         still complete (whitespace after a JSON document, stop), where they are few enough to
         try one by one; among many (free text), the neutral ones."""
-        row &= _with(self.tables.neutral[: row.shape[0]].clone(), self.stop_ids)
+        row &= _with(self.tables.neutral[: row.shape[0]].copy(), self.stop_ids)
         self._drop_unless(row, _tokens_of(row, at_most=_TRY_AT_MOST + len(self.stop_ids)),
-                          lambda trial: trial.can_stop())
+                          lambda trial, _token: trial.can_stop())
 
-    def _drop_unless(self, row: torch.Tensor, tokens: list[int] | None,
-                     keep_if: Callable[[_Matcher], bool]) -> None:
+    def _drop_unless(self, row: np.ndarray, tokens: list[int] | None, keep_if: Callable[[_Matcher, int], bool],
+                     *, known: Callable[[int], bool] | None = None) -> None:
         """Clear each of ``tokens`` (stop tokens aside; at most :data:`_TRY_AT_MOST`, else none;
-        None: too many to count) whose matcher copy, after it, fails ``keep_if``."""
+        None: too many to count) whose matcher copy, after it, fails ``keep_if`` (``known``: the
+        tokens kept without a trial)."""
         if tokens is None:
             return
         stops = set(self.stop_ids)
         tokens = [t for t in tokens if t not in stops]
         if len(tokens) > _TRY_AT_MOST:
             return
-        m = self._work()
         for token in tokens:
+            if known is not None and known(token):
+                continue
+            m = self._work()
             mark = m.mark()
             try:
-                keep = m.accept_token(token) and keep_if(m)
+                keep = m.accept_token(token) and keep_if(m, token)
             finally:
                 m.back_to(mark)
             if not keep:
