@@ -238,6 +238,8 @@ class VllmEngine:
             structured_outputs=(structured_outputs_params(req.constraint, max_tokens=s.max_tokens)
                                 if req.constraint else None),
             extra_args={BREAK_LOOPS: True} if self._break_loops and _holds_json(req.constraint) else None,
+            # made for this request and submitted once: vLLM's own server skips the deep copy too
+            skip_clone=True,
         )
 
     async def abort(self, request_id: str) -> None:

@@ -120,3 +120,15 @@ def test_sampled_choices_each_report_the_prompt_once() -> None:
     got = _chunks(outs, Sampling(max_tokens=5, n=2, temperature=1.0))
     assert [(c.index, c.text, c.prompt_tokens, c.finish_reason) for c in got] == [
         (0, "a", 3, None), (1, "x", 3, None), (0, "b", 0, None), (1, "y", 0, "stop"), (0, "c", 0, "length")]
+
+
+def test_sampling_params_are_made_per_request_and_not_deep_copied_again() -> None:
+    """vLLM deep-copies a request's SamplingParams unless told they are its own (as its server does)."""
+    from server.engine.base import GenerateRequest
+
+    engine = _engine([])
+    sampling = Sampling(max_tokens=5, temperature=0.5)
+    first = engine._sampling_params(GenerateRequest("a", [1], sampling))
+    second = engine._sampling_params(GenerateRequest("b", [1], sampling))
+    assert first is not second and first.skip_clone and second.skip_clone
+    assert first.clone() is not first and first.clone().max_tokens == 5  # (a shallow copy now)
