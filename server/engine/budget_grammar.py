@@ -133,8 +133,9 @@ def _with(keep: np.ndarray, tokens: list[int]) -> np.ndarray:
 def _tokens_of(row: np.ndarray | torch.Tensor, *, at_most: int | None = None) -> list[int] | None:
     """The token ids whose bits are set in a bitmask row (a CPU tensor, as vLLM fills it, or a numpy
     view of one); None when more than ``at_most`` words hold one (so more tokens than that: the
-    caller would not try them one by one anyway). numpy reads the row in place and unpacks only the words that hold a bit
-    (a whole 150k-token row unpacked is a 150k-byte array, for the few tokens at a choice)."""
+    caller would not try them one by one anyway). numpy reads the row in place and unpacks only the
+    words that hold a bit (a whole 150k-token row unpacked is a 150k-byte array, for the few tokens
+    at a choice)."""
     words = np.asarray(row).astype("<i4", copy=False)  # (a view on little-endian machines)
     held = np.flatnonzero(words)
     if at_most is not None and len(held) > at_most:
@@ -426,7 +427,8 @@ class BudgetGrammar:
             return bool(data) and any(c.startswith(data) and self._count(c[len(data):]) <= room for c in known)
 
         def fits(trial: _Matcher, token: int) -> bool:
-            data = token_bytes[token].strip(_SPACE) if token < len(token_bytes) else b""
+            spelled = token_bytes[token] if token < len(token_bytes) else b""
+            data = spelled.strip(_SPACE)
             for c in known:
                 at = c.find(data) if data else -1
                 if at >= 0 and self._count(rest := c[at + len(data):]) <= room and _completes(trial, rest):
@@ -434,7 +436,8 @@ class BudgetGrammar:
             found = shortest_completion(trial, self.header.closers)
             if found is None:
                 return False
-            known.append(token_bytes[token] + found)
+            if spelled:
+                known.append(spelled + found)
             return self._count(found) <= left - 1
 
         tokens = _tokens_of(row & self.tables.opening[: row.shape[0]], at_most=_TRY_AT_MOST + len(self.stop_ids))
