@@ -17,6 +17,7 @@ from dataclasses import dataclass
 __all__ = [
     "JsonError",
     "ScanCache",
+    "OpenValue",
     "ObjectScan",
     "ArrayScan",
     "skip_ws",
@@ -262,6 +263,28 @@ class ScanCache:
                 self._entries.clear()
             self._text, self._grown = text, False  # ``grown`` vouches for one new text only
         return self._entries
+
+
+class OpenValue:
+    """A JSON value (a call's arguments) still open, grown chunk by chunk without a parse: one per
+    stream, its scan resumed where it stopped, so each chunk costs O(its length)."""
+
+    __slots__ = ("_scan",)
+
+    def __init__(self) -> None:
+        self._scan = ScanCache()
+
+    def grow(self, value: str, text: str) -> str | None:
+        """``value + text`` when that is still an open, valid start of a JSON value; None when
+        ``text`` ends the value or breaks it (a parser must then see it)."""
+        grown = value + text
+        if self._scan.grow_inside_string(value, grown):  # plain text in a string: no scan
+            return grown
+        try:
+            with self._scan.active():
+                return None if scan_value(grown, 0) is not None else grown
+        except JsonError:
+            return None
 
 
 _ACTIVE: ContextVar[ScanCache | None] = ContextVar("gramserve_scan_cache", default=None)

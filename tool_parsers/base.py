@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, TypeAlias
 
-from ._scan import JsonError, ScanCache, scan_value
+from ._scan import JsonError, OpenValue, ScanCache, scan_value
 
-__all__ = ["Checkpoint", "ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "ScanCache",
+__all__ = ["Checkpoint", "ToolCallPart", "ParsedTools", "ToolParser", "CallFormat", "ModelFamily", "OpenValue", "ScanCache",
            "JsonError", "scan_value", "Call", "JsonValue", "JsonObject"]
 
 #: JSON data as ``json.loads`` returns it (the server's ``server.json_types`` says the same).

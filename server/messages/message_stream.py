@@ -58,7 +58,7 @@ from server.messages.deltas import (
 )
 from server.messages.repeats import CallsSeen, arguments_key
 from tool_parsers._content import AFTER_CALL
-from tool_parsers.base import Checkpoint, JsonError, ScanCache, ToolCallPart, ToolParser, scan_value
+from tool_parsers.base import Checkpoint, OpenValue, ScanCache, ToolCallPart, ToolParser
 
 if TYPE_CHECKING:  # a type only: reasoning parsers may come to import tool_parsers
     from reasoning_parsers.base import ReasoningParser
@@ -160,7 +160,8 @@ class MessageStream:
         self._tail_dropped: tuple[str, ...] = ()
         self._scan_cache = ScanCache()
         self._open_arguments = False  # the last call sent is open inside its arguments: see _extend_arguments
-        self._arguments_scan = ScanCache()  # the open arguments' JSON scan, resumed token by token
+        self._open_value = OpenValue()  # the open arguments' JSON scan, resumed token by token
+        self._guard_held: str | None = None  # the arguments of an open call the repeat guard holds back
         self._synced = False  # what was sent is the last parse of the whole tail
         self._headed: set[int] = set()  # malformed regions whose well-formed head was already sent
         self._held = False  # the last parse ends in a call with nothing to send yet (see feed)
@@ -225,6 +226,10 @@ class MessageStream:
                 sent = self._sent
                 self._sent = Parsed(sent.reasoning, sent.content + text_delta, (), ())
                 return MessageDelta(None, text_delta, ()) if self._streaming else None
+        if (self._guard_held is not None and FAST_ARGUMENTS and self._synced and not self._frozen
+                and (grown := self._open_value.grow(self._guard_held, text_delta)) is not None):
+            self._guard_held = grown  # the call the repeat guard holds is still open: a parse would hold it again
+            return None
         delta = self._extend_arguments(text_delta) if self._open_arguments and FAST_ARGUMENTS else None
         if delta is None:
             delta = self._advance(final=False)  # non-streamed with the guard: a turn also ends at its first repeat
@@ -310,22 +315,14 @@ class MessageStream:
                 and self._tool_parser is not None and self._tool_parser.raw_arguments)
 
     def _extend_arguments(self, text: str) -> MessageDelta | None:
-        """The open call's arguments grow by ``text`` when its JSON value is still open after it:
-        what parsing the tail again would give (every family returns an open call's arguments as
-        the raw text from the value's start, checked by the same JSON scan), without the parse.
-        None: the value ends in ``text`` or the JSON breaks there, so the parser must see it.
-        The scan resumes where it stopped, so this is O(len(text)); ``tests/unit/test_message_stream.py``
-        checks every delta against the parsing path."""
+        """The open call's arguments grow by ``text`` when its JSON value is still open after it: what
+        parsing the tail again would give (every family returns an open call's arguments as the raw
+        text from the value's start, checked by the same JSON scan), without the parse. None: the
+        value ends in ``text`` or breaks there, so the parser must see it (tests compare every delta)."""
         sent = self._sent
         call = sent.tool_calls[-1]
-        grown = call.arguments + text
-        if not self._arguments_scan.grow_inside_string(call.arguments, grown):  # plain text in a string: no scan
-            try:
-                with self._arguments_scan.active():
-                    if scan_value(grown, 0) is not None:
-                        return None
-            except JsonError:
-                return None
+        if (grown := self._open_value.grow(call.arguments, text)) is None:
+            return None
         self._sent = Parsed(sent.reasoning, sent.content, sent.tool_calls[:-1] + (ToolCallPart(call.name, grown, False),),
                             sent.tool_call_ids)
         index = len(self._done.calls) + len(sent.tool_calls) - 1
@@ -485,7 +482,13 @@ class MessageStream:
             self._tail_dropped = tuple(dropped)
         first = len(self._done.calls)
         if self._guard:
+            named = kept
             kept = self._without_repeats(kept)
+            if record:  # an open call to a function already called, held till it is whole (see feed)
+                last = named[-1] if len(kept) == len(named) - 1 else None
+                self._guard_held = (last.arguments if last is not None and last is result.tool_calls[-1]
+                                    and not last.complete and last.arguments[:1] in ("{", "[")
+                                    and self._tool_parser.raw_arguments and not result.malformed else None)
         while len(self._ids) < first + len(kept):
             self._ids.append(self._new_id())
         parsed = Parsed(reasoning + result.reasoning, result.content, tuple(kept),

@@ -238,3 +238,42 @@ def test_reasoning_skips_the_parse_and_sends_the_same_deltas(name: str, monkeypa
     stream("", long, skip=False, thinking=True, tools=True, counts=slow)
     stream("", long, skip=True, thinking=True, tools=True, counts=fast)
     assert fast[True] < 0.5 * slow[False], (fast, slow)
+
+
+_JSON_ARGUMENTS = [p for p in TOOL_PARSERS if get_tool_parser(p).raw_arguments]
+
+
+@pytest.mark.parametrize("parser", _JSON_ARGUMENTS)
+def test_a_call_the_repeat_guard_holds_grows_without_a_parse(parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call to a function already called is held till it is whole (it may be a repeat); while its
+    arguments stay an open, valid JSON value, a chunk is not parsed. Against a parse of every chunk:
+    the same delta at every chunk and the same message, for turns with repeats and broken calls too."""
+    from bench.parse_cost import tokens_of
+
+    p = get_tool_parser(parser)
+    rng = random.Random(f"guard-held-{parser}")
+    parses = {False: 0, True: 0}
+    for i in range(30):
+        calls = [("save_record", {"id": rng.randint(0, 3), "tags": ["a", "b c"], "geo": {"lat": 1.5}})
+                 for _ in range(rng.randint(2, 4))]
+        text = p.write(calls)
+        if i % 4 == 3:  # cut, or broken JSON in a later call
+            text = rng.choice([text[: rng.randint(1, len(text))], text[::-1].replace(":", ";", 1)[::-1]])
+        chunks = tokens_of(text) if i % 2 else [text[k:k + 4] for k in range(0, len(text), 4)]
+        got = {}
+        for fast in (False, True):
+            monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", fast)
+            ids = iter(f"call_{k}" for k in range(100))
+            stream = MessageStream(tool_parser=p, reasoning_parser=None, tool_names=["save_record"],
+                                   id_factory=lambda: next(ids), guard_repeats=True)
+            advance = stream._advance
+
+            def counted(*, final: bool, advance=advance, fast=fast) -> MessageDelta | None:
+                parses[fast] += 1
+                return advance(final=final)
+
+            monkeypatch.setattr(stream, "_advance", counted)
+            deltas = [stream.feed(c) for c in chunks] + [stream.finish()]
+            got[fast] = (deltas, stream.final_message())
+        assert got[True] == got[False], (text, chunks)
+    assert parses[True] < 0.7 * parses[False], parses  # (the arguments of every call after the first)
