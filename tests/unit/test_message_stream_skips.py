@@ -13,8 +13,23 @@ from server.messages import message_stream
 from server.messages.message_stream import FinalMessage, MessageDelta, MessageStream
 from tool_parsers import TOOL_PARSERS, get_tool_parser
 
-
 _HELD = [p for p in TOOL_PARSERS if get_tool_parser(p).held_inert is not None]
+
+
+def _counted_stream(parser: object, names: list[str], parses: dict[bool, int], key: bool,
+                    monkeypatch: pytest.MonkeyPatch) -> MessageStream:
+    """A streaming MessageStream (repeat guard on, ids call_0...) whose parses add up in ``parses[key]``."""
+    ids = iter(f"call_{k}" for k in range(100))
+    stream = MessageStream(tool_parser=parser, reasoning_parser=None, tool_names=names,  # type: ignore[arg-type]
+                           id_factory=lambda: next(ids), guard_repeats=True)
+    advance = stream._advance
+
+    def counted(*, final: bool) -> MessageDelta | None:
+        parses[key] += 1
+        return advance(final=final)
+
+    monkeypatch.setattr(stream, "_advance", counted)
+    return stream
 
 
 @pytest.mark.parametrize("parser", _HELD)
@@ -39,16 +54,7 @@ def test_a_held_call_skips_inert_chunks_and_sends_the_same_deltas(parser: str,
         got = {}
         for skip in (False, True):
             monkeypatch.setattr(message_stream, "SKIP_HELD", skip)
-            ids = iter(f"call_{k}" for k in range(100))
-            stream = MessageStream(tool_parser=p, reasoning_parser=None, tool_names=names,
-                                   id_factory=lambda: next(ids), guard_repeats=True)
-            advance = stream._advance
-
-            def counted(*, final: bool, advance=advance, skip=skip) -> MessageDelta | None:
-                parses[skip] += 1
-                return advance(final=final)
-
-            monkeypatch.setattr(stream, "_advance", counted)
+            stream = _counted_stream(p, names, parses, skip, monkeypatch)
             deltas = [stream.feed(c) for c in chunks] + [stream.finish()]
             firsts = [k for k, d in enumerate(deltas) for tc in (d.tool_calls if d else ()) if tc.id is not None]
             got[skip] = (stream.final_message(), stream.parsed, firsts)
@@ -61,16 +67,7 @@ def test_a_held_call_skips_inert_chunks_and_sends_the_same_deltas(parser: str,
 def _stream_deltas(parser: str, chunks: list[str], names: list[str], monkeypatch: pytest.MonkeyPatch, *,
                    skip: bool, parses: dict[bool, int]) -> tuple[list[MessageDelta | None], FinalMessage]:
     monkeypatch.setattr(message_stream, "SKIP_WAIT", skip)
-    ids = iter(f"call_{k}" for k in range(100))
-    stream = MessageStream(tool_parser=get_tool_parser(parser), reasoning_parser=None, tool_names=names,
-                           id_factory=lambda: next(ids), guard_repeats=True)
-    advance = stream._advance
-
-    def counted(*, final: bool) -> MessageDelta | None:
-        parses[skip] += 1
-        return advance(final=final)
-
-    monkeypatch.setattr(stream, "_advance", counted)
+    stream = _counted_stream(get_tool_parser(parser), names, parses, skip, monkeypatch)
     deltas = [stream.feed(c) for c in chunks] + [stream.finish()]
     return deltas, stream.final_message()
 
@@ -263,16 +260,7 @@ def test_a_call_the_repeat_guard_holds_grows_without_a_parse(parser: str, monkey
         got = {}
         for fast in (False, True):
             monkeypatch.setattr(message_stream, "FAST_ARGUMENTS", fast)
-            ids = iter(f"call_{k}" for k in range(100))
-            stream = MessageStream(tool_parser=p, reasoning_parser=None, tool_names=["save_record"],
-                                   id_factory=lambda: next(ids), guard_repeats=True)
-            advance = stream._advance
-
-            def counted(*, final: bool, advance=advance, fast=fast) -> MessageDelta | None:
-                parses[fast] += 1
-                return advance(final=final)
-
-            monkeypatch.setattr(stream, "_advance", counted)
+            stream = _counted_stream(p, ["save_record"], parses, fast, monkeypatch)
             deltas = [stream.feed(c) for c in chunks] + [stream.finish()]
             got[fast] = (deltas, stream.final_message())
         assert got[True] == got[False], (text, chunks)
