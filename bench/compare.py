@@ -7,7 +7,7 @@ defaults), the same chat template (``chat_templates/hermes.jinja``) and the same
 (:mod:`bench.workloads`), so every difference is the front end's. On a small machine only
 one runs at a time: gramserve's cells, then the vLLM server's, then the engine's, and
 again for each ``--repeats``; with ``--interleave`` both servers stay up and each cell runs
-on one right after the other (order alternating), so load from other tenants that drifts
+on one right after the other (order rotating, so each takes each place in turn), so load that drifts
 during a run lands on both alike. Prints every cell, then per cell the ratios
 gramserve/vLLM-server and gramserve/engine (median of the repeats, with min-max) of
 throughput, TTFT p50 and front-end (API process) CPU per token; ``--plot`` draws them.
@@ -207,13 +207,16 @@ async def _http_cells(target: str, server: "_Server", a: argparse.Namespace) -> 
 
 
 def interleaved_order(targets: Sequence[str], k: int) -> list[str]:
-    """The targets' order for the k-th cell of an interleaved run: as given, then reversed, so each
-    target goes first as often as the other and load that drifts during a run lands on both alike."""
-    return list(targets) if k % 2 == 0 else list(reversed(targets))
+    """The targets' order for the k-th cell of an interleaved run: rotated by one each cell, so every
+    target takes every place as often as the others (two targets: as given, then reversed), and load
+    that drifts during a run lands on all alike. (Reversing three targets kept the middle one in the
+    middle: the first place of a cell after a c128 cell is where the runs stall, and it never fell to it.)"""
+    i = k % max(1, len(targets))
+    return list(targets[i:]) + list(targets[:i])
 
 
 async def _interleaved_cells(servers: dict[str, "_Server"], a: argparse.Namespace, rep: int) -> list[Cell]:
-    """Every cell on every running server back to back (order alternating by cell and by repeat)."""
+    """Every cell on every running server back to back (order rotating by cell and by repeat)."""
     clients = {t: _client(s.port) for t, s in servers.items()}
     try:
         cells = []

@@ -273,8 +273,9 @@ def test_interleaved_run_alternates_the_servers_cell_by_cell() -> None:
         assert [(c.target, c.concurrency) for c in cells] == [(first, 1), (second, 1), (second, 2), (first, 2)]
         assert all(c.requests == 2 and not c.errors for c in cells)
         assert arrivals == [first] * 2 + [second] * 4 + [first] * 2  # one server's cell done before the other's
-    assert [interleaved_order(["a", "b", "c"], k) for k in (0, 1, 2)] == [["a", "b", "c"], ["c", "b", "a"],
-                                                                         ["a", "b", "c"]]
+    assert [interleaved_order(["a", "b", "c"], k) for k in (0, 1, 2, 3)] == [["a", "b", "c"], ["b", "c", "a"],
+                                                                            ["c", "a", "b"], ["a", "b", "c"]]
+    assert [interleaved_order(["a", "b"], k) for k in (0, 1)] == [["a", "b"], ["b", "a"]]
 
 
 # ------------------------------------------------------------------ workloads and comparison
