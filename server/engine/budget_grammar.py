@@ -305,15 +305,10 @@ class BudgetGrammar:
                 return rest
         else:
             rest = last
-        m = self._work()
-        mark = m.mark()
-        try:
-            if (not rest or m.accept(rest)) and m.can_stop():
-                self._checked_at = self.taken
-                return rest
+        if not _completes(self._work(), rest):
             return None
-        finally:
-            m.back_to(mark)
+        self._checked_at = self.taken
+        return rest
 
     def _count(self, data: bytes) -> int:
         count = self.tables.vocab.count(data)
