@@ -378,3 +378,16 @@ def test_capacity_is_the_highest_concurrency_holding_itl_p99_under_twice_c1() ->
     assert row["concurrency"] == 32 and row["tok_per_s"] == 3200.0
     assert capacity_rows(cells[1:]) == []  # no c1 cell: no base to hold
     assert "| gramserve | plain | 128 | 10.0 | 32 |" in capacity_table(cells[:4])
+
+
+def test_bench_dtype_follows_the_cpu(tmp_path) -> None:
+    """bf16 only where the CPU computes it; every target gets the same dtype."""
+    from bench.compare import default_dtype
+
+    avx2, amx = tmp_path / "avx2", tmp_path / "amx"
+    avx2.write_text("flags\t\t: fpu sse sse2 avx avx2 fma\n")
+    amx.write_text("flags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    assert default_dtype(avx2) == "float32" and default_dtype(amx) == "bfloat16"
+    flags = EngineFlags(max_model_len=2048, kv_cache_gib=1, max_num_seqs=None, dtype="float32")
+    for cmd in (flags.gramserve_args(), vllm_cmd(8000, flags, model=__import__("pathlib").Path("/m"))):
+        assert cmd[cmd.index("--dtype") + 1] == "float32"
