@@ -53,10 +53,11 @@ def test_vllms_grammar_check_runs_once_per_spec(monkeypatch: pytest.MonkeyPatch)
 # ---------------------------------------------------------------- outputs to chunks
 
 def _engine(outputs: list[Any]) -> Any:
-    from server.engine.vllm_engine import VllmEngine
+    from server.engine.vllm_engine import ValidatedParams, VllmEngine
 
     engine = object.__new__(VllmEngine)  # no AsyncLLM: only the mapping of its outputs is exercised
     engine._break_loops = False
+    engine._validated = ValidatedParams()
     engine._llm = _ScriptedLLM(outputs)
     return engine
 
@@ -132,3 +133,36 @@ def test_sampling_params_are_made_per_request_and_not_deep_copied_again() -> Non
     second = engine._sampling_params(GenerateRequest("b", [1], sampling))
     assert first is not second and first.skip_clone and second.skip_clone
     assert first.clone() is not first and first.clone().max_tokens == 5  # (a shallow copy now)
+
+
+def test_validated_params_are_generated_once_and_only_for_that_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``validate`` builds a request's params; ``generate`` of the same request object sends those
+    (not a second build), once; any other request (same id, new object) builds its own."""
+    import gc
+
+    from server.engine.base import GenerateRequest
+    from server.engine.vllm_engine import ValidatedParams
+
+    engine = _engine([_out((0, "a", 1, "stop"))])
+    builds: list[str] = []
+    real = engine._sampling_params
+    monkeypatch.setattr(engine, "_sampling_params", lambda req: (builds.append(req.request_id), real(req))[1])
+
+    async def run(req: GenerateRequest) -> Any:
+        [c async for c in engine.generate(req)]
+        return engine._llm.params
+
+    req = GenerateRequest("r", [1], Sampling(max_tokens=5, temperature=0.5))
+    engine.validate(req)
+    validated = engine._validated._items["r"][1]
+    assert asyncio.run(run(req)) is validated and builds == ["r"] and len(engine._validated) == 0
+    assert asyncio.run(run(req)) is not validated and builds == ["r", "r"]  # once only: vLLM keeps and changes it
+    engine.validate(req)
+    other = GenerateRequest("r", [1], Sampling(max_tokens=7, temperature=0.5))  # same id, another request
+    assert asyncio.run(run(other)).max_tokens == 7 and len(engine._validated) == 0
+    engine.validate(GenerateRequest("gone", [1], Sampling(max_tokens=5)))  # validated, never generated
+    gc.collect()
+    assert engine._validated.take(GenerateRequest("gone", [1], Sampling(max_tokens=5))) is None
+    for k in range(ValidatedParams.MAX_ENTRIES + 10):  # bounded: oldest out first
+        engine.validate(GenerateRequest(f"k{k}", [1], Sampling(max_tokens=5)))
+    assert len(engine._validated) == ValidatedParams.MAX_ENTRIES and "k0" not in engine._validated._items
