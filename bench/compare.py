@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from bench._proc import CpuSplit, cpu_split, pin_tree
+from bench._proc import CpuSample, CpuSplit, cpu_sample, cpu_split, pin_tree
 from bench.serve import Cell, capacity_table, default_requests, markdown_table, run_cell
 
 __all__ = ["EngineFlags", "MODELS", "model_dir", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios",
@@ -229,13 +229,38 @@ def interleaved_order(targets: Sequence[str], k: int) -> list[str]:
     return list(targets[i:]) + list(targets[:i])
 
 
+def _busy(earlier: CpuSample, later: CpuSample) -> float:
+    own, children = later.minus(earlier)
+    return own + children
+
+
+async def settle(pids: Sequence[int], *, quiet: float = 0.05, window: float = 0.5, limit: float = 20.0) -> float:
+    """Wait until the servers' processes (each with its engine) together use under ``quiet`` of one CPU
+    over ``window`` seconds, at most ``limit`` seconds; the seconds waited. A cell then starts on a
+    machine the last cell no longer loads (an engine's idle spin, a server's clean-up)."""
+    t0 = time.monotonic()
+    while True:
+        try:
+            before = [cpu_sample(pid) for pid in pids]
+            await asyncio.sleep(window)
+            used = sum(_busy(b, cpu_sample(pid)) for b, pid in zip(before, pids))
+        except ProcessLookupError:  # a server died: the cell's own restart handles it
+            return time.monotonic() - t0
+        if used < quiet * window or time.monotonic() - t0 >= limit:
+            return time.monotonic() - t0
+
+
 async def _interleaved_cells(servers: dict[str, "_Server"], a: argparse.Namespace, rep: int) -> list[Cell]:
-    """Every cell on every running server back to back (order rotating by cell and by repeat)."""
+    """Every cell on every running server back to back (order rotating by cell and by repeat), each on
+    a settled machine (``settle``)."""
     clients = {t: _client(s.port) for t, s in servers.items()}
     try:
         cells = []
         for i, (w, c, n) in enumerate(_grid(a)):
             for target in interleaved_order(list(servers), i + rep):
+                waited = await settle([s.proc.pid for s in servers.values()]) if a.settle else 0.0
+                if waited >= 1.0:
+                    print(f"# waited {waited:.1f} s for the servers to go quiet before {target} {w} c{c}", flush=True)
                 cells.append(await _http_cell(clients[target], target, servers[target], a, w, c, n))
         return cells
     finally:
@@ -400,6 +425,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--interleave", action="store_true",
                     help="run gramserve and vLLM's server side by side and alternate them cell by cell "
                          "(fairer on a shared machine; needs memory for both)")
+    ap.add_argument("--no-settle", dest="settle", action="store_false",
+                    help="start each interleaved cell at once (default: when every server has gone quiet; see settle)")
     ap.add_argument("--model", default="smollm2", choices=MODELS,
                     help="standin: a 1-layer random Llama with SmolLM2's tokenizer (bench/standin.py), the same "
                          "real engine at thousands of tok/s, so the front end is the ceiling as on a GPU")

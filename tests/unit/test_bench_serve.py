@@ -391,3 +391,25 @@ def test_bench_dtype_follows_the_cpu(tmp_path) -> None:
     flags = EngineFlags(max_model_len=2048, kv_cache_gib=1, max_num_seqs=None, dtype="float32")
     for cmd in (flags.gramserve_args(), vllm_cmd(8000, flags, model=__import__("pathlib").Path("/m"))):
         assert cmd[cmd.index("--dtype") + 1] == "float32"
+
+
+def test_settle_waits_for_every_server_to_go_quiet(monkeypatch) -> None:
+    """An interleaved cell starts once the servers' trees (engines included) are quiet, or at the limit."""
+    import asyncio
+
+    import bench.compare as compare
+    from bench._proc import CpuSample
+
+    busy = {"left": 3}  # windows in which the second server's engine still spins
+
+    def sample(pid: int) -> CpuSample:
+        sample.t += 0.2 if (pid == 2 and busy["left"] > 0) else 0.0  # CPU seconds per look
+        if pid == 2:
+            busy["left"] -= 1 if busy["left"] > 0 else 0
+        return CpuSample(own=0.0, children={99: sample.t})
+    sample.t = 0.0
+    monkeypatch.setattr(compare, "cpu_sample", sample)
+    waited = asyncio.run(compare.settle([1, 2], window=0.01, limit=5.0))
+    assert busy["left"] == 0 and 0.02 <= waited < 1.0  # two busy windows seen, then a quiet one
+    busy["left"] = 10 ** 9  # never quiet: the limit ends the wait
+    assert 0.05 <= asyncio.run(compare.settle([1, 2], window=0.01, limit=0.05)) < 1.0
