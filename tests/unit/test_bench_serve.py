@@ -259,7 +259,7 @@ def test_interleaved_run_alternates_the_servers_cell_by_cell() -> None:
         me = types.SimpleNamespace(pid=os.getpid(), poll=lambda: None)
         servers = {name: types.SimpleNamespace(port=s.sockets[0].getsockname()[1], proc=me)
                    for name, s in started.items()}
-        a = argparse.Namespace(workloads=["plain"], concurrency=[1, 2], lengths=[32], requests=2)
+        a = argparse.Namespace(workloads=["plain"], concurrency=[1, 2], lengths=[32], requests=2, settle=False)
         try:
             return await _interleaved_cells(servers, a, rep)
         finally:
