@@ -243,7 +243,7 @@ async def settle(pids: Sequence[int], *, quiet: float = 0.05, window: float = 0.
         try:
             before = [cpu_sample(pid) for pid in pids]
             await asyncio.sleep(window)
-            used = sum(_busy(b, cpu_sample(pid)) for b, pid in zip(before, pids))
+            used = sum(_busy(b, cpu_sample(pid)) for b, pid in zip(before, pids, strict=True))
         except ProcessLookupError:  # a server died: the cell's own restart handles it
             return time.monotonic() - t0
         if used < quiet * window or time.monotonic() - t0 >= limit:
