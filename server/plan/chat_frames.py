@@ -194,8 +194,11 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
         return out
 
     try:
-        async with contextlib.aclosing(run.updates()) as updates:
+        async with contextlib.aclosing(run.text_updates() if FAST_PATHS else run.updates()) as updates:
             async for u in updates:
+                if isinstance(u, str):  # the text lane: choice 0's next text, its role already sent
+                    yield fast.content(0, u)
+                    continue
                 if not isinstance(u, ChoiceUpdate):
                     continue
                 ch = u.choice

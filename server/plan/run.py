@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 from server.chat.custom_tools import InputStream
 from server.chat.generation import GenerationTimer
@@ -101,6 +102,7 @@ class Choice:
         self.index = index  # the API's choice index (completions: prompt * n + choice)
         self.streaming = streaming
         self.stream: MessageStream | None = None
+        self.unparsed = False  # a chat choice whose stream has no parser to run (see below)
         self.legacy = False
         self.custom: frozenset[str] = frozenset()
         if isinstance(req, ChatCompletionRequest):
@@ -108,6 +110,9 @@ class Choice:
                 self.legacy = plan.tool_spec.legacy
                 self.custom = plan.tool_spec.custom  # calls answered as type "custom"
             self.stream = _new_stream(state, plan, req, streaming=streaming)
+            # nothing to parse (no call format in play, no reasoning): every chunk's text is content as it comes
+            self.unparsed = state.reasoning_parser is None and (state.tool_parser is None or (
+                not plan.tool_names and not state.tool_parser.channels))
         self.inputs: dict[int, InputStream] = {}  # custom calls being streamed, by call index (chat framer)
         self.tokens = 0
         self.finish: str | None = None
@@ -166,13 +171,33 @@ class Run:
         return (budgeted_chunks(self.state, prompt.gen, self.plan.reasoning_budget, run=run_engine),
                 contextlib.nullcontext())
 
-    async def updates(self) -> AsyncGenerator[Update, None]:
+    def _text_lane(self) -> MessageStream | None:
+        """The stream of the one choice whose text may go out as it comes (``updates``): one prompt,
+        one choice, streamed, no parser to run, no logprobs, no thinking phases; else None."""
+        ch = self.choices[0]
+        plain = (len(self.choices) == 1 and ch.streaming and ch.unparsed and self.plan.reasoning_budget is None
+                 and self.plan.gen.sampling.logprobs is None)
+        return ch.stream if plain else None
+
+    def updates(self) -> AsyncGenerator[Update, None]:
         """The answer as it is generated: per prompt a :class:`PromptStarted`, then one
         :class:`ChoiceUpdate` per engine chunk of a choice still open. A choice that ended at a
         repeated call ignores the rest, and generation stops (the engine request aborted) once
         every choice has ended. (One generator on the per-token path, not one per concern.)"""
+        return cast(AsyncGenerator[Update, None], self._updates(text_lane=False))
+
+    def text_updates(self) -> AsyncGenerator[Update | str, None]:
+        """:meth:`updates`, except that where one streamed choice has nothing to parse
+        (``_text_lane``) each chunk after its first delta that does not end it is fed to its stream
+        and yielded as the bare text (a ``str``), without a :class:`ChoiceUpdate`: the update it
+        stands for would carry that text alone as content (the chat framer's per-token path)."""
+        return self._updates(text_lane=True)
+
+    async def _updates(self, *, text_lane: bool) -> AsyncGenerator[Update | str, None]:
         n = self.plan.request.n
         timer = self.timer
+        lane = self._text_lane() if text_lane else None
+        opened = False  # the lane's choice sent its first delta (the framer opens a choice with it)
         for i, prompt in enumerate(self.plan.prompts):
             yield PromptStarted(i, prompt)
             self.running = prompt.gen.request_id
@@ -186,7 +211,14 @@ class Run:
                         ch.tokens += c.num_tokens
                         if ch.finish:  # the turn ended at a repeated call: the rest is ignored
                             continue
-                        yield self._update(ch, c)
+                        if opened and c.finish_reason is None:
+                            assert lane is not None
+                            if lane.feed(c.text) is not None:  # (an empty chunk sends nothing)
+                                yield c.text
+                            continue
+                        u = self._update(ch, c)
+                        opened = lane is not None and (opened or bool(u.deltas))
+                        yield u
                         if ch.finish and all(x.finish for x in choices):
                             break
             if any(x.stream is not None and x.stream.repeat for x in choices):

@@ -37,6 +37,9 @@ CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
                             {"tools": [WEATHER_TOOL, TIME_TOOL]}),
     "legacy_functions": ({}, _pieces(CALLS, 6), {"functions": [WEATHER_TOOL["function"], TIME_TOOL["function"]]}),
     "length": ({}, _pieces(TRICKY * 3, 2), {"max_tokens": 7}),
+    "text_empty_chunks": ({}, ["", "Hello", "", " world", "", "!"], {"stream_options": {"include_usage": True}}),
+    "text_tools_none": ({}, _pieces(CALLS, 5), {"tools": [WEATHER_TOOL], "tool_choice": "none"}),
+    "text_reasoning": ({"reasoning_parser": "qwen3"}, _pieces("<think>Plan</think>" + TRICKY, 3), {}),
 }
 
 
@@ -72,5 +75,23 @@ def test_fast_paths_frame_exactly_what_the_general_path_frames(make_app: Any, na
     assert len(used) == len(fast_used)  # the general run framed nothing through the fast paths
     if not body.get("logprobs"):  # (with logprobs every chunk carries them: the general path only)
         assert "content" in fast_used
-    if body.get("tools") or body.get("functions"):
+    if (body.get("tools") and body.get("tool_choice") != "none") or body.get("functions"):
         assert "arguments" in fast_used or body.get("functions")
+
+
+@pytest.mark.parametrize(("name", "lane"), [("text", True), ("escapes", True), ("text_empty_chunks", True),
+                                            ("text_tools_none", True), ("n2_usage", False), ("logprobs", False), ("tools", False),
+                                            ("text_reasoning", False)])
+def test_unparsed_text_skips_the_per_chunk_update(make_app: Any, name: str, lane: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The text lane (``Run.updates(text_lane=True)``): one streamed choice with nothing to parse makes
+    a ``ChoiceUpdate`` for its first delta and its finish only; any other stream makes one per chunk."""
+    from server.plan.run import Run
+
+    options, script, body = CASES[name]
+    made: list[int] = []
+    real = Run._update
+    monkeypatch.setattr(Run, "_update", lambda self, ch, c: (made.append(1), real(self, ch, c))[1])
+    _stream(make_app, options, script, body)
+    chunks = len(script) * body.get("n", 1)
+    assert len(made) == (2 + script[: script.index("Hello") if "Hello" in script else 0].count("") if lane else chunks)
