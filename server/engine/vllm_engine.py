@@ -130,7 +130,7 @@ def engine_config(options: EngineOptions, *, api_processes: int = 1, api_rank: i
 class ValidatedParams:
     """The sampling parameters ``validate`` built, handed once to ``generate`` for the same request
     object, so a request's parameters (a tools grammar's text, its budget header) are built once,
-    not twice (2.8% of the API process's main thread under tools, py-spy, c32).
+    not twice (building them: 50 µs for the bench's tools request, 26 µs for a JSON-schema one).
 
     One use only: vLLM keeps and changes the object it is given (``skip_clone``), so ``take``
     removes it. Keyed by request id and checked by identity through a weak reference (a request

@@ -172,7 +172,7 @@ class Run:
                 contextlib.nullcontext())
 
     def _text_lane(self) -> MessageStream | None:
-        """The stream of the one choice whose text may go out as it comes (``updates``): one prompt,
+        """The stream of the one choice whose text may go out as it comes (``text_updates``): one prompt,
         one choice, streamed, no parser to run, no logprobs, no thinking phases; else None."""
         ch = self.choices[0]
         plain = (len(self.choices) == 1 and ch.streaming and ch.unparsed and self.plan.reasoning_budget is None
