@@ -41,7 +41,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from bench._proc import CpuSample, CpuSplit, cpu_sample, cpu_split, pin_tree
+from bench._proc import CpuSplit, cpu_sample, cpu_split, pin_tree
 from bench.serve import Cell, capacity_table, default_requests, markdown_table, run_cell
 
 __all__ = ["EngineFlags", "MODELS", "model_dir", "gramserve_cmd", "vllm_cmd", "interleaved_order", "ratio_rows", "ratio_table", "plot_ratios",
@@ -229,11 +229,6 @@ def interleaved_order(targets: Sequence[str], k: int) -> list[str]:
     return list(targets[i:]) + list(targets[:i])
 
 
-def _busy(earlier: CpuSample, later: CpuSample) -> float:
-    own, children = later.minus(earlier)
-    return own + children
-
-
 async def settle(pids: Sequence[int], *, quiet: float = 0.05, window: float = 0.5, limit: float = 20.0) -> float:
     """Wait until the servers' processes (each with its engine) together use under ``quiet`` of one CPU
     over ``window`` seconds, at most ``limit`` seconds; the seconds waited. A cell then starts on a
@@ -243,7 +238,7 @@ async def settle(pids: Sequence[int], *, quiet: float = 0.05, window: float = 0.
         try:
             before = [cpu_sample(pid) for pid in pids]
             await asyncio.sleep(window)
-            used = sum(_busy(b, cpu_sample(pid)) for b, pid in zip(before, pids, strict=True))
+            used = sum(sum(cpu_sample(pid).minus(b)) for b, pid in zip(before, pids, strict=True))  # own + engine
         except ProcessLookupError:  # a server died: the cell's own restart handles it
             return time.monotonic() - t0
         if used < quiet * window or time.monotonic() - t0 >= limit:

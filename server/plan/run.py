@@ -28,6 +28,7 @@ from server.plan.build import Prompt, RequestPlan
 from server.protocol import ChatCompletionRequest, usage_dict
 from server.state import ServerState
 from server.structured.budget import closed_by_budget
+from tool_parsers.base import ToolParser
 
 __all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "calls_end_whole", "engine_errors", "run_engine"]
 
@@ -71,7 +72,7 @@ def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionReques
         reasoning = reasoning.for_request(thinking=reasoning.thinks(req.chat_template_kwargs, req.reasoning_effort))
     channels = state.tool_parser is not None and state.tool_parser.channels  # Harmony: the parser reads every answer
     return MessageStream(
-        tool_parser=state.tool_parser if plan.tool_names or channels else None,
+        tool_parser=_calls_parser(state, plan),
         reasoning_parser=reasoning,
         tool_names=plan.tool_names if plan.tool_names is not None or not channels else (),
         tool_schemas=plan.tool_schemas or None,  # families with typed, non-JSON arguments read them
@@ -79,6 +80,13 @@ def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionReques
         guard_repeats=not state.settings.allow_duplicate_tool_calls,
         early_names=reasoning is None and calls_end_whole(plan),
     )
+
+
+def _calls_parser(state: ServerState, plan: RequestPlan) -> ToolParser | None:
+    """The call format a chat choice's stream runs: the family's, where the request offers tools or the
+    family reads every answer (Harmony's channels); else none."""
+    parser = state.tool_parser
+    return parser if parser is not None and (plan.tool_names or parser.channels) else None
 
 
 def calls_end_whole(plan: RequestPlan) -> bool:
@@ -111,8 +119,7 @@ class Choice:
                 self.custom = plan.tool_spec.custom  # calls answered as type "custom"
             self.stream = _new_stream(state, plan, req, streaming=streaming)
             # nothing to parse (no call format in play, no reasoning): every chunk's text is content as it comes
-            self.unparsed = state.reasoning_parser is None and (state.tool_parser is None or (
-                not plan.tool_names and not state.tool_parser.channels))
+            self.unparsed = state.reasoning_parser is None and _calls_parser(state, plan) is None
         self.inputs: dict[int, InputStream] = {}  # custom calls being streamed, by call index (chat framer)
         self.tokens = 0
         self.finish: str | None = None
