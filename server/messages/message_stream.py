@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from server.json_types import JsonValue
+from server.messages.call_head import CallHead, call_head
 from server.messages.deltas import (
     FinalMessage,
     FinalToolCall,
@@ -56,7 +57,7 @@ from server.messages.deltas import (
     merge_deltas,
     new_tool_call_id,
 )
-from server.messages.repeats import CallsSeen, arguments_key
+from server.messages.repeats import RepeatCheck
 from tool_parsers._content import AFTER_CALL
 from tool_parsers.base import Checkpoint, OpenValue, ScanCache, ToolCallPart, ToolParser
 
@@ -70,6 +71,7 @@ FAST_ARGUMENTS = True  # tests turn it off to compare every delta with the parsi
 # Chunks sent without a parse; tests turn each off to compare with a parse of every chunk:
 SKIP_HELD = True  # ToolParser.held_inert
 SKIP_WAIT = True  # ParsedTools.wait
+SKIP_HEAD = True  # CallHead (server/messages/call_head.py)
 SKIP_CONTENT = True  # ToolParser.prose_inert
 SKIP_REASONING = True  # ReasoningParser.inert
 _BLANK = " \t\n\r"  # JSON's whitespace (ParsedTools.wait's blank_first)
@@ -135,7 +137,7 @@ class MessageStream:
         self._ids: list[str] = []
         self._finished = False
         self._repeat: str | None = None  # set once a duplicate call ended the turn
-        self._parsed_args: dict[str, object] = {}  # arguments text -> JSON value, frozen (parsed once, not per token)
+        self._repeats = RepeatCheck()  # the repeat guard's record (its parsed arguments kept across restarts)
         self._start("")
 
     def _start(self, text: str) -> None:
@@ -166,9 +168,10 @@ class MessageStream:
         self._headed: set[int] = set()  # malformed regions whose well-formed head was already sent
         self._held = False  # the last parse ends in a call with nothing to send yet (see feed)
         self._wait: tuple[int, str, bool] | None = None  # the last parse's held marker start (ParsedTools.wait)
+        self._head: CallHead | None = None  # the head of the call begun at the last whole start marker
         self._fresh = False  # the last parse read all the text and was sent (finish need not parse it again)
         self._prose = False  # the last parse found no call and no malformed region and ends in content (_in_prose)
-        self._settled_calls = CallsSeen()  # the repeat check's record of the settled calls (see _without_repeats)
+        self._repeats.restart()  # (the settled calls it read are read again)
 
     @property
     def text(self) -> str:
@@ -210,6 +213,9 @@ class MessageStream:
                 self._sent = Parsed(self._sent.reasoning + text_delta, "")  # (no content inside the block)
                 return MessageDelta(text_delta, None, ()) if self._streaming else None
         elif self._synced:
+            head = self._head
+            if head is not None and SKIP_HEAD and head.holds(self._tail, self._held_inert):
+                return None  # a call's head being written as its family writes it: nothing to send yet
             if self._held and SKIP_HELD:
                 inert = self._held_inert
                 if inert is not None and inert.fullmatch(text_delta):
@@ -220,7 +226,9 @@ class MessageStream:
                 if len(rest) < len(wait[1]) and wait[1].startswith(rest):
                     return None  # a marker still being written: the parse would be the last one (ParsedTools.wait)
                 if rest == wait[1] == self._start_marker:  # a call's start, whole: nothing of it to send yet
-                    self._wait, self._prose = None, False  # (so the next chunk is parsed)
+                    self._wait, self._prose = None, False  # (so the next chunk is parsed, unless in the head)
+                    assert self._tool_parser is not None
+                    self._head = call_head(self._tool_parser, len(self._tail) - len(rest))
                     return None
             elif wait is None and SKIP_CONTENT and self._in_prose(text_delta):
                 sent = self._sent
@@ -454,6 +462,10 @@ class MessageStream:
             last_call = result.tool_calls[-1] if result.tool_calls else None
             self._held = (last_call is not None and not last_call.complete
                           and (last_call.name is None or last_call.arguments == ""))
+            head = self._head if self._held and not result.malformed else None
+            if head is not None and last_call is not None and last_call.name is not None:
+                head = head.with_name(text, last_call.name) if not head.named else head
+            self._head = head
         kept: list[ToolCallPart] = []
         dropped: list[str] = []
         cp = result.checkpoint
@@ -483,7 +495,8 @@ class MessageStream:
         first = len(self._done.calls)
         if self._guard:
             named = kept
-            kept = self._without_repeats(kept)
+            kept = self._repeats.kept(kept, self._done.calls)
+            self._repeat = self._repeat or self._repeats.repeat
             if record:  # an open call to a function already called, held till it is whole (see feed)
                 last = named[-1] if len(kept) == len(named) - 1 else None
                 self._guard_held = (last.arguments if last is not None and last is result.tool_calls[-1]
@@ -515,6 +528,7 @@ class MessageStream:
         self._sent = Parsed(sent.reasoning, sent.content[cp.content :], sent.tool_calls[calls:],
                             sent.tool_call_ids[calls:])
         self._tail, self._resume = self._tail[cp.pos :], cp.resume
+        self._head = None if self._head is None else self._head.shifted(cp.pos)
         wait = self._wait
         self._wait = None if wait is None or wait[0] < cp.pos else (wait[0] - cp.pos, *wait[1:])
         self._known_bad = frozenset(start - cp.pos for start, _ in self._bad if start >= cp.pos)
@@ -555,46 +569,8 @@ class MessageStream:
         self._tail_errors, self._tail_dropped, self._sent_errors = (), (), 0
         self._sent = Parsed("", "")
         self._tail, self._resume = self._tail[region[1] :], AFTER_CALL
+        self._head = None
         self._known_bad = frozenset()
         self._headed = set()
         self._scan_cache.clear()
         return True
-
-    def _without_repeats(self, kept: list[ToolCallPart]) -> list[ToolCallPart]:
-        """The calls after the settled ones (``kept``) up to the first repeat (which ends the
-        turn), holding back an unfinished call to a function already called (it may turn out to
-        be a repeat). The settled calls are read once, as they settle (their record grows with
-        them), so a turn of many calls costs the same per token at its end as at its start."""
-        seen = self._settled_calls
-        done = self._done.calls
-        while seen.upto < len(done) and seen.stop is None:  # the calls settled since the last parse
-            seen.stop = self._check(done[seen.upto], seen.upto, (seen.calls,))
-            seen.upto += 1
-        if seen.stop is not None:  # the settled calls already decided: all or none of the rest
-            return kept if seen.stop == "all" else []
-        layers: tuple[dict[str, set[object]], ...] = (seen.calls, {})  # this parse's calls on top, the record as it was
-        for i, call in enumerate(kept):
-            stop = self._check(call, len(done) + i, layers)
-            if stop is not None:
-                return kept if stop == "all" else kept[:i]
-        return kept
-
-    def _check(self, call: ToolCallPart, i: int, layers: tuple[dict[str, set[object]], ...]) -> str | None:
-        """Call ``i`` of the turn against the calls before it (``layers``: name -> their arguments,
-        frozen; the call goes into the last layer when it passes): None to go on, "all" to keep it
-        and every call after it unchecked (an unfinished call to a name not called yet), "cut" to
-        end the turn's calls before it."""
-        if not call.complete:
-            called = call.name is not None and any(call.name in layer for layer in layers)
-            return "cut" if called else "all"
-        name = call.name or ""
-        args = self._parsed_args.get(call.arguments)
-        if args is None:
-            args = self._parsed_args[call.arguments] = arguments_key(call.arguments)
-        if any(args in layer.get(name, ()) for layer in layers):
-            if self._repeat is None:
-                self._repeat = (f"tool call {i} repeats an earlier call to {call.name!r} with the same "
-                                "arguments; the turn ended there (the model was looping)")
-            return "cut"
-        layers[-1].setdefault(name, set()).add(args)
-        return None

@@ -10,6 +10,7 @@ import pytest
 
 from reasoning_parsers import REASONING_PARSERS, get_reasoning_parser
 from server.messages import message_stream
+from server.messages.call_head import call_head
 from server.messages.message_stream import FinalMessage, MessageDelta, MessageStream
 from tool_parsers import TOOL_PARSERS, get_tool_parser
 
@@ -149,6 +150,78 @@ def test_prose_skips_the_parse_and_sends_the_same_deltas(parser: str, monkeypatc
     fast = {False: 0, True: 0}
     _stream_deltas(parser, prose, names, monkeypatch, skip=True, parses=fast)
     assert fast[True] < 0.5 * slow[True], (fast, slow)
+
+
+_HEADS = [p for p in TOOL_PARSERS if call_head(get_tool_parser(p), 0) is not None]
+
+
+@pytest.mark.parametrize("parser", _HEADS)
+@pytest.mark.parametrize("early_names", [False, True])
+def test_a_call_head_skips_the_parse_and_sends_the_same_deltas(parser: str, early_names: bool,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CallHead``: from a call's start marker until its arguments begin, a chunk that leaves the text a
+    prefix of the family's head (``call_begin``, the name, ``name_end``) is not parsed. Against a parse
+    of every chunk: the same delta at every chunk and the same message, under BPE-like, fixed-size and
+    one-character chunkings (a small vocabulary writes a head in many chunks), for well-formed, cut,
+    broken and unknown calls, and heads written otherwise (other spacing); and fewer parses."""
+    from bench.parse_cost import tokens_of
+
+    p = get_tool_parser(parser)
+    names = ["calculate_area", "f"]
+    rng = random.Random(f"head-{parser}-{early_names}")
+    parses = {False: 0, True: 0}
+    for i in range(30):
+        calls = [(rng.choice([*names, "unknown_tool"]), {"base": rng.randint(0, 99), "note": "a b"})
+                 for _ in range(rng.randint(1, 2))]
+        text = rng.choice(["", "Sure. ", "A long answer first. " * 15]) + p.write(calls) + rng.choice(["", " Done."])
+        if i % 5 == 4:
+            text = text[: rng.randint(1, len(text))]
+        elif i % 5 == 3:
+            text = text.replace('"name": "', '"name":  "', 1).replace('", "arguments"', '" , "arguments"', 1)
+        elif i % 5 == 2:
+            text = text.replace('"arguments": ', '"arguments" oops ', 1).replace("=", " oops=", 1)
+        size = rng.randint(2, 4)
+        for chunks in (tokens_of(text), [text[k:k + size] for k in range(0, len(text), size)], list(text)):
+            got = {}
+            for skip in (False, True):
+                monkeypatch.setattr(message_stream, "SKIP_HEAD", skip)
+                stream = MessageStream(tool_parser=p, reasoning_parser=None, tool_names=names, guard_repeats=True,
+                                       id_factory=iter(f"call_{k}" for k in range(100)).__next__,
+                                       early_names=early_names)
+                advance = stream._advance
+
+                def counted(*, final: bool, advance: object = advance, skip: bool = skip) -> MessageDelta | None:
+                    parses[skip] += 1
+                    return advance(final=final)  # type: ignore[operator]
+
+                monkeypatch.setattr(stream, "_advance", counted)
+                deltas = [stream.feed(c) for c in chunks] + [stream.finish()]
+                got[skip] = (deltas, stream.final_message())
+            assert got[True] == got[False], (text, chunks)
+    from tool_parsers._blocks import BlockToolParser
+
+    if isinstance(p, BlockToolParser):  # (a whole start marker is where a head begins: ParsedTools.wait)
+        assert parses[True] < parses[False], parses
+    if parser == "hermes":  # (its head holds seven quotes: ChatML vocabularies write them in separate chunks)
+        assert parses[True] < 0.8 * parses[False], parses
+
+
+def test_a_call_head_moves_with_the_settled_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head begun after a prose long enough to settle is placed in the unsettled text: the stream
+    skips the head's chunks after the parse that settled the prose, and parses the name's end and
+    the arguments' start."""
+    chunks = [*(["word "] * 60), "<tool", "_call", ">", "\n", '{"', "name", '"', ":", ' "', "f", '"', ",", ' "',
+              "arguments", '"', ":", " {", "}}", "\n", "</tool_call>"]
+    parses = {False: 0, True: 0}
+    got = {}
+    for skip in (False, True):
+        monkeypatch.setattr(message_stream, "SKIP_HEAD", skip)
+        counts = {False: 0, True: 0}
+        got[skip] = _stream_deltas("hermes", chunks, ["f"], monkeypatch, skip=True, parses=counts)
+        parses[skip] = counts[True]
+    assert got[True] == got[False]
+    assert [(c.name, c.arguments) for c in got[True][1].tool_calls] == [("f", "{}")]
+    assert parses[True] <= parses[False] - 5, parses  # ('{"', '"', ' "', ' "' and '"': inside the head)
 
 
 def test_a_marker_wait_moves_with_the_settled_text(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,14 +61,14 @@ def test_a_repeat_is_found_among_hundreds_of_settled_calls(first: dict[str, Any]
         for piece in _pieces(hermes.write([("f", {"k": k})]) + "\n"):
             s.feed(piece)
     checks = 0
-    check = s._check
+    check = s._repeats._check
 
     def counted(*args: Any) -> str | None:
         nonlocal checks
         checks += 1
         return check(*args)
 
-    monkeypatch.setattr(s, "_check", counted)
+    monkeypatch.setattr(s._repeats, "_check", counted)
     pieces = _pieces(hermes.write([("f", {"k": -1})]) + "\n")
     for piece in pieces:
         s.feed(piece)

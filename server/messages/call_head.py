@@ -1,0 +1,65 @@
+"""A call's head as its family writes it: the chunks a stream need not parse while a call begins.
+
+Between a call's start marker and the start of its arguments nothing can be sent: no content
+(the text is inside a call), no arguments (they have not begun), and the name only once it is
+whole. A grammar makes the model write that head exactly as the family's :class:`CallFormat`
+says (hermes: ``<tool_call>\\n{"name": "`` NAME ``", "arguments": ``), and a tokenizer writes it in
+many small chunks (the stand-in's vocabulary takes about 25 for hermes; a real one 8-12, of
+which about 7 hold a quote, the characters ``ToolParser.held_inert`` cannot skip). So while the
+text from the marker is still a prefix of that head, a chunk is not parsed (``MessageStream``,
+``SKIP_HEAD``): the parse would find the same held call. A head left (another whitespace,
+another key order, a name that needs escaping) only means the next chunk is parsed.
+
+Two stages: before the name is known the head is ``call_begin`` (and then, while the name is
+being written, chunks of the family's ``held_inert``); once a parse found the name whole, the
+head is ``call_begin + NAME + name_end``, and the chunk that opens the arguments is parsed.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tool_parsers.base import ToolParser
+
+__all__ = ["CallHead", "call_head"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallHead:
+    """The head expected of the call whose start marker begins at ``pos`` in the stream's tail."""
+
+    pos: int
+    text: str  # call_begin, or call_begin + NAME + name_end once the name is known
+    name_end: str  # the family's name_end (appended when the name becomes known)
+    named: bool = False
+
+    def holds(self, tail: str, inert: re.Pattern[str] | None) -> bool:
+        """Whether ``tail`` still ends inside this head: nothing of the call can be sent yet."""
+        rest_len = len(tail) - self.pos
+        if rest_len <= len(self.text):
+            return tail.startswith(self.text[:rest_len], self.pos)
+        # the name being written: the head so far, then only chunks that cannot end the name
+        return (not self.named and inert is not None and tail.startswith(self.text, self.pos)
+                and inert.fullmatch(tail, self.pos + len(self.text)) is not None)
+
+    def with_name(self, tail: str, name: str) -> CallHead | None:
+        """The head once a parse found the call's name whole; None where the text is not the
+        family's canonical head (then every chunk is parsed)."""
+        if self.named or not tail.startswith(self.text + name, self.pos):
+            return None
+        return CallHead(self.pos, self.text + name + self.name_end, self.name_end, True)
+
+    def shifted(self, by: int) -> CallHead | None:
+        """This head in a tail that lost its first ``by`` characters (a settled checkpoint)."""
+        return CallHead(self.pos - by, self.text, self.name_end, self.named) if self.pos >= by else None
+
+
+def call_head(parser: ToolParser, pos: int) -> CallHead | None:
+    """The head of a call whose start marker (whole) begins at ``pos``: families whose every call
+    begins with its start marker (``call_begin`` starts with ``start``, no section text before it)
+    and ends its name with a marker; None for the others."""
+    f = getattr(parser, "format", None)
+    start = parser.start
+    if f is None or not start or f.section_begin or not f.call_begin.startswith(start) or not f.name_end:
+        return None
+    return CallHead(pos, f.call_begin, f.name_end)
