@@ -197,7 +197,9 @@ class Run:
         """:meth:`updates`, except that where one streamed choice has nothing to parse
         (``_text_lane``) each chunk after its first delta that does not end it is fed to its stream
         and yielded as the bare text (a ``str``), without a :class:`ChoiceUpdate`: the update it
-        stands for would carry that text alone as content (the chat framer's per-token path)."""
+        stands for would carry that text alone as content (the chat framer's per-token path). And a
+        streamed chunk that sends nothing (no delta, no logprobs, not the end: a call's head, a marker
+        being written) makes no update at all: the framer would skip it."""
         return self._updates(text_lane=True)
 
     async def _updates(self, *, text_lane: bool) -> AsyncGenerator[Update | str, None]:
@@ -223,7 +225,13 @@ class Run:
                             if lane.feed(c.text) is not None:  # (an empty chunk sends nothing)
                                 yield c.text
                             continue
-                        u = self._update(ch, c)
+                        if text_lane and ch.streaming and c.finish_reason is None and not c.logprobs and ch.stream:
+                            delta = ch.stream.feed(c.text)
+                            if delta is None and ch.stream.repeat is None:
+                                continue  # nothing to send for this chunk: no update
+                            u = self._fed(ch, c, delta)
+                        else:
+                            u = self._update(ch, c)
                         opened = lane is not None and (opened or bool(u.deltas))
                         yield u
                         if ch.finish and all(x.finish for x in choices):
@@ -254,7 +262,12 @@ class Run:
                 ch.closed = self.closed_text(ch.text)
             return ChoiceUpdate(ch, [], c.text, list(c.logprobs), finish_reason=c.finish_reason,
                                 closed_by_budget=ch.closed)
-        delta = stream.feed(c.text)
+        return self._fed(ch, c, stream.feed(c.text))
+
+    def _fed(self, ch: Choice, c: TokenChunk, delta: MessageDelta | None) -> ChoiceUpdate:
+        """:meth:`_update` once chunk ``c`` was fed to the choice's stream, which returned ``delta``."""
+        stream = ch.stream
+        assert stream is not None
         deltas = [delta] if delta is not None else []
         ended = c.finish_reason or ("stop" if stream.repeat else None)
         if not ended:

@@ -40,6 +40,8 @@ CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
     "text_empty_chunks": ({}, ["", "Hello", "", " world", "", "!"], {"stream_options": {"include_usage": True}}),
     "text_tools_none": ({}, _pieces(CALLS, 5), {"tools": [WEATHER_TOOL], "tool_choice": "none"}),
     "text_reasoning": ({"reasoning_parser": "qwen3"}, _pieces("<think>Plan</think>" + TRICKY, 3), {}),
+    "tools_repeat": ({}, _pieces("Sure. " + CALLS.split("<tool_call>", 1)[1].join(["<tool_call>"] * 3) + " more", 3),
+                     {"tools": [WEATHER_TOOL, TIME_TOOL]}),  # (the guard ends the turn at the repeated call)
 }
 
 
@@ -81,17 +83,33 @@ def test_fast_paths_frame_exactly_what_the_general_path_frames(make_app: Any, na
 
 @pytest.mark.parametrize(("name", "lane"), [("text", True), ("escapes", True), ("text_empty_chunks", True),
                                             ("text_tools_none", True), ("n2_usage", False), ("logprobs", False), ("tools", False),
-                                            ("text_reasoning", False)])
+                                            ("tools_per_char", False), ("text_reasoning", False)])
 def test_unparsed_text_skips_the_per_chunk_update(make_app: Any, name: str, lane: bool,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The text lane (``Run.updates(text_lane=True)``): one streamed choice with nothing to parse makes
-    a ``ChoiceUpdate`` for its first delta and its finish only; any other stream makes one per chunk."""
-    from server.plan.run import Run
+    """The text lane (``Run.text_updates``): one streamed choice with nothing to parse makes a
+    ``ChoiceUpdate`` for its first delta and its finish only; any other stream makes one per chunk
+    that sends something (a delta, logprobs, the end): a chunk of a call's head or of a marker makes
+    none. With the fast paths off (``Run.updates``) every chunk makes one."""
+    from server.plan import run
 
     options, script, body = CASES[name]
     made: list[int] = []
-    real = Run._update
-    monkeypatch.setattr(Run, "_update", lambda self, ch, c: (made.append(1), real(self, ch, c))[1])
+
+    class Counted(run.ChoiceUpdate):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(run, "ChoiceUpdate", Counted)
     _stream(make_app, options, script, body)
     chunks = len(script) * body.get("n", 1)
-    assert len(made) == (2 + script[: script.index("Hello") if "Hello" in script else 0].count("") if lane else chunks)
+    if lane:
+        assert len(made) == 2  # (an empty chunk before the first delta sends nothing either)
+    elif name in ("n2_usage", "logprobs"):  # (every chunk has text, or logprobs)
+        assert len(made) == chunks
+    else:  # (chunks inside a call's head or a marker send nothing)
+        assert 0 < len(made) < chunks
+    made.clear()
+    monkeypatch.setattr(chat_frames, "FAST_PATHS", False)
+    _stream(make_app, options, script, body)
+    assert len(made) == chunks
