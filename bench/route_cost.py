@@ -9,7 +9,7 @@ route's per-request cost and its per-token cost read apart. Machines here are no
 the best of ``--rounds`` runs, and ``--trees`` puts several checkouts side by side, each run in
 its own process, alternating.
 
-    python -m bench.route_cost [--workloads plain,tools] [--rounds 3] [--trees /tmp/base,.]
+    python -m bench.route_cost [--workloads plain,tools,short_calls] [--rounds 3] [--trees /tmp/base,.]
 """
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def measure(workload: str, n: int, *, requests: int = 256, concurrency: int = 16
     app = _app(workload, n)
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 1 << 20,
                             "stream_options": {"include_usage": True}}
-    if workload == "tools":
+    if workload != "plain":  # tools, short_calls (bench.stream_cost.WORKLOADS)
         body.update(tools=[WEATHER], tool_choice="auto")
     return {name: asyncio.run(drive(a, body, requests=requests, concurrency=concurrency)) * 1e6
             for name, a in (("gramserve", app), ("bare", BareApp(app.state.gs)))}

@@ -15,15 +15,29 @@ import asyncio
 import time
 from typing import Any
 
-__all__ = ["main", "measure"]
+__all__ = ["WORKLOADS", "main", "measure"]
 
 WEATHER = {"type": "function", "function": {"name": "write_note", "description": "Save a note.", "parameters": {
     "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}
 
 
+WORKLOADS = ("plain", "tools", "short_calls")
+
+
 def _pieces(workload: str, n: int) -> list[str]:
+    """``n`` engine chunks of ``workload``: prose; one call with a long string argument, its head in
+    three chunks; or a turn of short calls written as a small vocabulary writes them, the head in many
+    chunks (the stand-in's bench answers are such calls: its head takes about 25)."""
     if workload == "plain":
         return ["word "] * n
+    if workload == "short_calls":
+        from bench.parse_cost import tokens_of
+
+        out: list[str] = []
+        while len(out) < n:
+            k = len(out)
+            out += tokens_of(f'<tool_call>\n{{"name": "write_note", "arguments": {{"text": "n{k}"}}}}\n</tool_call>\n')
+        return out[:n]
     head = ["<tool_call>", "\n", '{"name": "write_note", "arguments": {"text": "']
     return head + ["lorem "] * (n - len(head) - 1) + ['"}}\n</tool_call>']
 
@@ -55,7 +69,7 @@ async def measure(workload: str, n: int, repeats: int) -> float:
 
     app = _app(workload, n)
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 1 << 21}
-    if workload == "tools":
+    if workload != "plain":
         body.update(tools=[WEATHER], tool_choice="auto")
     best = float("inf")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench") as client:
@@ -77,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     lengths = [int(x) for x in args.lengths.split(",")]
     print("| workload | " + " | ".join(f"{n} tokens" for n in lengths) + " |")
     print("| --- |" + " --- |" * len(lengths))
-    for workload in ("plain", "tools"):
+    for workload in WORKLOADS:
         cells = [asyncio.run(measure(workload, n, args.repeats)) for n in lengths]
         print(f"| {workload} (CPU µs/token) | " + " | ".join(f"{c:.1f}" for c in cells) + " |")
 

@@ -9,17 +9,29 @@ import pytest
 from bench import prepare_cost, stream_cost
 
 
-@pytest.mark.parametrize("workload", ["plain", "tools"])
+@pytest.mark.parametrize("workload", stream_cost.WORKLOADS)
 def test_stream_cost_measures_a_whole_stream(workload):
     cost = asyncio.run(stream_cost.measure(workload, 64, 1))
     assert 0 < cost < 100_000  # CPU microseconds per token
 
 
-def test_route_cost_streams_through_both_apps():
+@pytest.mark.parametrize("workload", ["tools", "short_calls"])
+def test_route_cost_streams_through_both_apps(workload):
     from bench import route_cost
 
-    costs = route_cost.measure("tools", 8, requests=8, concurrency=2)
+    costs = route_cost.measure(workload, 8, requests=8, concurrency=2)
     assert set(costs) == {"gramserve", "bare"} and all(0 < c < 1_000_000 for c in costs.values())  # µs a request
+
+
+def test_short_calls_are_a_turn_of_whole_calls_in_small_chunks():
+    from tool_parsers import get_tool_parser
+
+    pieces = stream_cost._pieces("short_calls", 200)
+    assert len(pieces) == 200 and max(map(len, pieces)) <= 12  # (a head of many chunks)
+    parsed = get_tool_parser("hermes").parse("".join(pieces), final=False)
+    calls = [c for c in parsed.tool_calls if c.complete]
+    assert len(calls) >= 3 and {c.name for c in calls} == {"write_note"}
+    assert len({c.arguments for c in calls}) == len(calls)  # (no repeats: the guard would end the turn)
 
 
 def test_route_cost_bare_app_sends_every_chunk_then_usage_and_done(make_app):
