@@ -43,9 +43,11 @@ class CallHead:
                 and inert.fullmatch(tail, self.pos + len(self.text)) is not None)
 
     def with_name(self, tail: str, name: str) -> CallHead | None:
-        """The head once a parse found the call's name whole; None where the text is not the
-        family's canonical head (then every chunk is parsed)."""
-        if self.named or not tail.startswith(self.text + name, self.pos):
+        """The head once a parse found the call's name whole (itself when named already); None where
+        the text is not the family's canonical head (then every chunk is parsed)."""
+        if self.named:
+            return self
+        if not tail.startswith(self.text + name, self.pos):
             return None
         return CallHead(self.pos, self.text + name + self.name_end, self.name_end, True)
 

@@ -464,7 +464,7 @@ class MessageStream:
                           and (last_call.name is None or last_call.arguments == ""))
             head = self._head if self._held and not result.malformed else None
             if head is not None and last_call is not None and last_call.name is not None:
-                head = head.with_name(text, last_call.name) if not head.named else head
+                head = head.with_name(text, last_call.name)
             self._head = head
         kept: list[ToolCallPart] = []
         dropped: list[str] = []

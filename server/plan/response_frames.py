@@ -32,6 +32,8 @@ from server.structured.budget import CLOSED_BY_BUDGET
 
 __all__ = ["response_body", "response_stream"]
 
+QUIET = True  # Run.updates(quiet=...): tests turn it off to compare every event with an update per chunk
+
 log = logging.getLogger("gramserve.responses")
 
 
@@ -305,7 +307,7 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
         return [*out, ev.emit(f"response.{status}", response=body)]
 
     try:
-        async with contextlib.aclosing(run.updates()) as updates:
+        async with contextlib.aclosing(run.updates(quiet=QUIET)) as updates:
             async for u in updates:
                 if not isinstance(u, ChoiceUpdate):
                     continue

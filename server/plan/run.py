@@ -186,26 +186,27 @@ class Run:
                  and self.plan.gen.sampling.logprobs is None)
         return ch.stream if plain else None
 
-    def updates(self) -> AsyncGenerator[Update, None]:
+    def updates(self, *, quiet: bool = False) -> AsyncGenerator[Update, None]:
         """The answer as it is generated: per prompt a :class:`PromptStarted`, then one
         :class:`ChoiceUpdate` per engine chunk of a choice still open. A choice that ended at a
         repeated call ignores the rest, and generation stops (the engine request aborted) once
-        every choice has ended. (One generator on the per-token path, not one per concern.)"""
-        return cast(AsyncGenerator[Update, None], self._updates(text_lane=False))
+        every choice has ended. (One generator on the per-token path, not one per concern.)
+
+        ``quiet``: a streamed chunk that sends nothing (no delta, no logprobs, not the end: a call's
+        head, a marker being written) makes no update at all, for a framer that would skip it."""
+        return cast(AsyncGenerator[Update, None], self._updates(lane=False, quiet=quiet))
 
     def text_updates(self) -> AsyncGenerator[Update | str, None]:
-        """:meth:`updates`, except that where one streamed choice has nothing to parse
+        """``updates(quiet=True)``, except that where one streamed choice has nothing to parse
         (``_text_lane``) each chunk after its first delta that does not end it is fed to its stream
         and yielded as the bare text (a ``str``), without a :class:`ChoiceUpdate`: the update it
-        stands for would carry that text alone as content (the chat framer's per-token path). And a
-        streamed chunk that sends nothing (no delta, no logprobs, not the end: a call's head, a marker
-        being written) makes no update at all: the framer would skip it."""
-        return self._updates(text_lane=True)
+        stands for would carry that text alone as content (the chat framer's per-token path)."""
+        return self._updates(lane=True, quiet=True)
 
-    async def _updates(self, *, text_lane: bool) -> AsyncGenerator[Update | str, None]:
+    async def _updates(self, *, lane: bool, quiet: bool) -> AsyncGenerator[Update | str, None]:
         n = self.plan.request.n
         timer = self.timer
-        lane = self._text_lane() if text_lane else None
+        text = self._text_lane() if lane else None
         opened = False  # the lane's choice sent its first delta (the framer opens a choice with it)
         for i, prompt in enumerate(self.plan.prompts):
             yield PromptStarted(i, prompt)
@@ -221,18 +222,18 @@ class Run:
                         if ch.finish:  # the turn ended at a repeated call: the rest is ignored
                             continue
                         if opened and c.finish_reason is None:
-                            assert lane is not None
-                            if lane.feed(c.text) is not None:  # (an empty chunk sends nothing)
+                            assert text is not None
+                            if text.feed(c.text) is not None:  # (an empty chunk sends nothing)
                                 yield c.text
                             continue
-                        if text_lane and ch.streaming and c.finish_reason is None and not c.logprobs and ch.stream:
+                        if quiet and ch.streaming and c.finish_reason is None and not c.logprobs and ch.stream:
                             delta = ch.stream.feed(c.text)
                             if delta is None and ch.stream.repeat is None:
                                 continue  # nothing to send for this chunk: no update
                             u = self._fed(ch, c, delta)
                         else:
                             u = self._update(ch, c)
-                        opened = lane is not None and (opened or bool(u.deltas))
+                        opened = text is not None and (opened or bool(u.deltas))
                         yield u
                         if ch.finish and all(x.finish for x in choices):
                             break

@@ -29,7 +29,7 @@ def test_a_named_head_holds_until_the_arguments_begin() -> None:
     assert named.holds(tail + ', "argu', _INERT) and named.holds(tail + ', "arguments": ', _INERT)
     assert not named.holds(tail + ', "arguments": {', _INERT)  # the arguments begin: parse
     assert not named.holds(tail + ', "arguments": ' + "a", _INERT)  # (no name being written any more)
-    assert named.with_name(tail, "f") is None  # named once
+    assert named.with_name(tail + "}", "f") is named  # named once: a later parse keeps it
     assert call_head(_HERMES, 1).with_name('x<tool_call>\n{"name":"f"', "f") is None  # written otherwise
 
 

@@ -1,0 +1,75 @@
+"""server/plan/response_frames.py: a streamed chunk that sends nothing (a call's head, a marker being
+written) makes no update (``Run.updates(quiet=True)``), and the Responses events are exactly those of
+an update per chunk: the same requests are streamed with ``QUIET`` on and off and the SSE bodies
+compared byte for byte (only the random ids and the creation time are masked)."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from server.plan import response_frames, run
+
+WEATHER = {"type": "function", "name": "get_weather",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+TIME = {"type": "function", "name": "get_time",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}
+CALLS = ('Checking.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\\"is \u00e9"}}\n</tool_call>\n'
+         '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>')
+_MASK = [(re.compile(r'"(id|call_id|item_id|previous_response_id)":\s?"[^"]*"'), r'"\1":"X"'),
+         (re.compile(r'"(created_at|completed_at)":\s?[\d.]+'), r'"\1":0')]
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
+    # name: (make_app options, engine pieces, request body)
+    "text": ({}, ["Hello", " world", "!"], {}),
+    "tools": ({}, _pieces(CALLS, 3), {"tools": [WEATHER, TIME]}),
+    "tools_per_char": ({}, list(CALLS), {"tools": [WEATHER, TIME], "tool_choice": "required"}),
+    "reasoning_then_call": ({"reasoning_parser": "qwen3"}, _pieces("<think>Plan it</think>" + CALLS, 4),
+                            {"tools": [WEATHER, TIME]}),
+    "tools_repeat": ({}, _pieces("Sure. " + CALLS.split("<tool_call>", 1)[1].join(["<tool_call>"] * 3) + " more", 3),
+                     {"tools": [WEATHER, TIME]}),  # (the guard ends the turn at the repeated call)
+    "length": ({}, _pieces(CALLS, 4), {"tools": [WEATHER, TIME], "max_output_tokens": 60}),
+}
+
+
+def _stream(make_app: Any, options: dict[str, Any], script: list[str], body: dict[str, Any]) -> bytes:
+    built = make_app(script=lambda req: list(script), **options)
+    with built.client().stream("POST", "/v1/responses", json={"stream": True, "input": "Go.", **body}) as r:
+        assert r.status_code == 200, r.read()
+        raw = "".join(r.iter_text())
+    for pattern, repl in _MASK:
+        raw = pattern.sub(repl, raw)
+    return raw.encode()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_quiet_updates_frame_exactly_what_an_update_per_chunk_frames(make_app: Any, name: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    options, script, body = CASES[name]
+    made: list[int] = []
+
+    class Counted(run.ChoiceUpdate):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(run, "ChoiceUpdate", Counted)
+    quiet = _stream(make_app, options, script, body)
+    quiet_made = len(made)
+    made.clear()
+    monkeypatch.setattr(response_frames, "QUIET", False)
+    every = _stream(make_app, options, script, body)
+    assert quiet == every
+    assert (b"event: response.incomplete" if name == "length" else b"event: response.completed") in quiet
+    if name not in ("tools_repeat", "length"):  # (those end before the script does)
+        assert len(made) == len(script)  # an update per chunk
+    if name == "text":  # every chunk sends text
+        assert quiet_made == len(made)
+    else:  # chunks inside a call's head or a marker send nothing
+        assert 0 < quiet_made < len(made)
