@@ -253,7 +253,7 @@ def compile_times(records: list[dict[str, Any]], *, tokenizer_dir: str) -> dict[
         if c.backend == "xgrammar":
             compile_constraint(compiler, c, disable_any_whitespace=True)
         else:
-            grammar = llg.LLMatcher.grammar_from_json_schema(c.text(),
+            grammar = llg.LLMatcher.grammar_from_json_schema(c.text,
                                                              defaults={"whitespace_flexible": False})
             matcher = llg.LLMatcher(ll_tok, grammar, log_level=0)
             matcher.compute_bitmask()

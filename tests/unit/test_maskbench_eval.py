@@ -1,0 +1,25 @@
+"""evals/maskbench.py: a schema's judgement on the request path and the cold compile timing, on
+both backends (the compile timing broke once when the constraint's text became a field)."""
+from __future__ import annotations
+
+from evals.maskbench import _default_tokenizer, compile_times, judge_schema
+
+OBJECT = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}  # llguidance
+PATTERN = {"type": "string", "pattern": "^(a|b)+c$"}  # XGrammar
+REFUSED = {"oneOf": [{"type": "integer"}, {"type": "number", "multipleOf": 0.5}]}  # overlapping: strict refuses
+
+
+def test_compile_times_covers_both_backends_and_skips_refused_schemas() -> None:
+    records = [{"id": "o--0", "schema": OBJECT}, {"id": "p--1", "schema": PATTERN}, {"id": "r--2", "schema": REFUSED}]
+    times = compile_times(records, tokenizer_dir=_default_tokenizer())
+    assert sorted(times) == ["llguidance", "xgrammar"]
+    assert all(len(v) == 1 and v[0] > 0 for v in times.values())
+
+
+def test_judge_schema_reads_labelled_instances() -> None:
+    record = {"id": "p--1", "schema": PATTERN,
+              "tests": [{"data": "abac", "valid": True}, {"data": "abca", "valid": False}, {"data": "c", "valid": False}]}
+    row = judge_schema(record)
+    assert row["gramserve"] == "passing", row
+    mislabelled = {**record, "tests": [{"data": "abca", "valid": True}]}  # a string the pattern cannot write
+    assert judge_schema(mislabelled)["gramserve"] == "valid_rejected"
