@@ -319,6 +319,10 @@ def ensure_vocab_standin(vocab: str, template: str, closing: dict[str, float], *
 if __name__ == "__main__":
     import sys
 
-    for name in sys.argv[1:] or list(VOCABS):
+    names = sys.argv[1:] or list(VOCABS)
+    if unknown := [n for n in names if n not in VOCABS]:
+        raise SystemExit(f"usage: python -m bench.vocab_standin [VOCAB ...], VOCAB one of {', '.join(VOCABS)} "
+                         f"(builds each one's tokenizer; all without arguments); not a vocabulary: {', '.join(unknown)}")
+    for name in names:
         b = build_tokenizer(name)
         print(name, b.tokenizer.get_vocab_size(with_added_tokens=True), "tokens; model width", b.vocab_size)
