@@ -10,7 +10,8 @@ and after a load (``bench.serve``) and ``table`` prints what the load cost, targ
     cp /tmp/g.json /tmp/g0.json; python -m bench.serve ... --workloads tools; cp /tmp/g.json /tmp/g1.json
     python -m bench.thread_cpu table gramserve=/tmp/g0.json:/tmp/g1.json transport=/tmp/t0.json:/tmp/t1.json
 
-The wrapper costs about a microsecond a call (two clock reads): rows with many calls read high.
+The wrapper costs about a microsecond a call (two clock reads): rows with many calls read high. One
+API process only: with ``--api-server-count`` above 1 the API processes are children, not counted.
 """
 from __future__ import annotations
 
