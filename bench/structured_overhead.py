@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from concurrent.futures import ThreadPoolExecutor
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -50,7 +50,8 @@ def one(client: httpx.Client, body: dict[str, Any]) -> tuple[float, float, int]:
     tokens = 0
     with client.stream("POST", "/chat/completions", json={**body, "stream": True,
                                                           "stream_options": {"include_usage": True}}) as r:
-        r.raise_for_status()
+        if r.status_code != 200:  # e.g. a budget below the shortest valid answer: the server says which
+            raise SystemExit(f"{r.status_code} for {sorted(body)}: {r.read().decode(errors='replace')}")
         for line in r.iter_lines():
             if not line.startswith("data: {"):
                 continue
@@ -85,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     with httpx.Client(base_url=ns.base_url, headers=headers, timeout=300, limits=limits) as client, \
             ThreadPoolExecutor(ns.concurrency) as pool:
         model = client.get("/models").json()["data"][0]["id"]
-        for extra in MODES.values():  # warm-up: compile every grammar once
-            one(client, {"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8, **extra})
+        for extra in MODES.values():  # warm-up: compile every grammar once (a budget each grammar can close in)
+            one(client, {"model": model, "messages": [{"role": "user", "content": PROMPT}],
+                         "max_tokens": max(ns.max_tokens, 32), **extra})
         for _ in range(ns.rounds):
             for mode, extra in MODES.items():
                 body = {"model": model, "messages": [{"role": "user", "content": PROMPT}], "temperature": 0,
