@@ -145,8 +145,12 @@ async def _amain(a: argparse.Namespace) -> list[Cell]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from server.config import settings_from_args
+    from server.runner import event_loop_factory
+
     a = _parser().parse_args(argv)
-    cells = asyncio.run(_amain(a))
+    with asyncio.Runner(loop_factory=event_loop_factory(settings_from_args(a.serve_args).event_loop)) as runner:
+        cells = runner.run(_amain(a))  # on gramserve's loop (--event-loop among the serve flags)
     if a.json:
         with open(a.json, "w") as f:
             json.dump([c.as_dict() for c in cells], f, indent=1)

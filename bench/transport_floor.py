@@ -1,9 +1,9 @@
 """The HTTP floor: the least any uvicorn front end on vLLM's ``AsyncLLM`` pays to stream a chat answer.
 
-A bare ASGI app on uvicorn (httptools), no FastAPI, no middleware, no parsing: a chat request is
-prepared as the engine-alone target prepares it (``bench.engine_direct.DirectEngine.prepare``:
-gramserve's own plan, so the same template, prompt tokens and constraint), on the event loop,
-then each engine output goes out as one SSE event, framed from pre-encoded bytes
+A bare ASGI app on uvicorn (httptools, on gramserve's event loop: ``--event-loop``), no FastAPI, no
+middleware, no parsing: a chat request is prepared as the engine-alone target prepares it
+(``bench.engine_direct.DirectEngine.prepare``: gramserve's own plan, so the same template, prompt
+tokens and constraint), on the event loop, then each engine output goes out as one SSE event, framed from pre-encoded bytes
 (``ContentFrames``: a tool call's text is sent as content, unparsed), with the usage chunk and
 ``[DONE]`` at the end. So it pays what every such server pays (HTTP parsing, one ASGI send and one
 socket write per event, vLLM's output path, one task wake-up per request per engine step) and
@@ -93,7 +93,7 @@ async def _amain(a: argparse.Namespace) -> None:
     from bench.engine_direct import DirectEngine
 
     app = TransportFloorApp(DirectEngine(a.serve_args))
-    config = uvicorn.Config(app, host=a.host, port=a.port, http="httptools", loop="asyncio", lifespan="on",
+    config = uvicorn.Config(app, host=a.host, port=a.port, http="httptools", lifespan="on",
                             access_log=False, log_level="warning")
     try:
         await uvicorn.Server(config).serve()
@@ -102,7 +102,13 @@ async def _amain(a: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    asyncio.run(_amain(_parser().parse_args(argv)))
+    from server.config import settings_from_args
+    from server.runner import event_loop_factory
+
+    a = _parser().parse_args(argv)
+    # gramserve's own loop (--event-loop among the serve flags), so the floor is the same transport's
+    with asyncio.Runner(loop_factory=event_loop_factory(settings_from_args(a.serve_args).event_loop)) as runner:
+        runner.run(_amain(a))
     return 0
 
 

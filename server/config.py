@@ -115,6 +115,9 @@ class Settings:
         1, "front-end (API) processes on one port sharing one engine core (vLLM's flag): HTTP, SSE, "
         "parsing and output handling on N cores instead of one (docs/performance.md, 'Several API processes')",
         type=_at_least_one)
+    event_loop: str = option(
+        "auto", "the API processes' event loop: auto (uvloop where it is installed, as vLLM's own server runs; "
+        "else asyncio's), uvloop or asyncio (docs/performance.md)", choices=("auto", "uvloop", "asyncio"))
     seed: int = option(0, "the engine's default seed", type=int)
     max_concurrent_requests: int = option(0, "beyond this, answer 429 (0: unlimited)", type=int)
     max_request_bytes: int = option(4 * 1024 * 1024, "larger request bodies get 413", type=int)

@@ -1,10 +1,15 @@
 """server/runner.py: what the process does around serving (the rest is in tests/e2e/test_lifecycle.py)."""
 from __future__ import annotations
 
+import asyncio
 import gc
+import sys
 import weakref
 
-from server.runner import freeze_startup_heap
+import pytest
+
+from server.config import settings_from_args
+from server.runner import event_loop_factory, freeze_startup_heap, run_on_loop
 
 
 class _Node:
@@ -99,3 +104,34 @@ def test_an_idle_connection_outlives_the_clients_own_idle_limit() -> None:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def _runs_on(choice: str) -> str:
+    """The module of the loop ``run_on_loop`` runs a coroutine on, for ``--event-loop choice``."""
+    seen: list[str] = []
+
+    async def main() -> int:
+        seen.append(type(asyncio.get_running_loop()).__module__)
+        return 7
+
+    assert run_on_loop(main(), settings_from_args(["--event-loop", choice])) == 7
+    return seen[0]
+
+
+def test_the_event_loop_is_uvloop_where_installed_unless_asked_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvloop
+
+    assert settings_from_args([]).event_loop == "auto"
+    assert event_loop_factory("auto") is uvloop.new_event_loop and event_loop_factory("uvloop") is uvloop.new_event_loop
+    assert event_loop_factory("asyncio") is None
+    assert _runs_on("auto") == "uvloop" and _runs_on("uvloop") == "uvloop"
+    assert _runs_on("asyncio").startswith("asyncio.")
+    monkeypatch.setenv("GRAMSERVE_EVENT_LOOP", "asyncio")
+    assert settings_from_args([]).event_loop == "asyncio"
+
+
+def test_without_uvloop_auto_falls_back_and_uvloop_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop -> ImportError
+    assert event_loop_factory("auto") is None
+    with pytest.raises(SystemExit, match="--event-loop uvloop: uvloop is not installed.*--event-loop auto or asyncio"):
+        event_loop_factory("uvloop")
