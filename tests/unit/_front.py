@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 __all__ = ["CHAT", "HELLO", "USER", "WEATHER_TOOL", "TIME_TOOL", "WEATHER_SCRIPT", "script", "chat", "stream_raw",
-           "events"]
+           "events", "pieces", "count_updates", "masked"]
 
 CHAT = "/v1/chat/completions"
 HELLO = "Hello world!"  # FakeEngine's default script: "Hello", " world", "!"
@@ -25,6 +25,33 @@ WEATHER_SCRIPT = ["<tool", "_call>\n{\"name\": \"get_weather\", \"argu", "ments\
 
 def script(pieces: list[str]):
     return lambda req: list(pieces)
+
+
+def pieces(text: str, size: int) -> list[str]:
+    """``text`` cut every ``size`` characters: a scripted engine's chunks."""
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def masked(raw: str, masks: list[tuple[Any, str]]) -> bytes:
+    """A stream's bytes with each ``(pattern, replacement)`` applied: random ids and times made equal."""
+    for pattern, repl in masks:
+        raw = pattern.sub(repl, raw)
+    return raw.encode()
+
+
+def count_updates(monkeypatch: Any) -> list[int]:
+    """One entry per ``ChoiceUpdate`` the run loop makes from now on (``Run``'s per-chunk updates)."""
+    from server.plan import run
+
+    made: list[int] = []
+
+    class Counted(run.ChoiceUpdate):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(run, "ChoiceUpdate", Counted)
+    return made
 
 
 def chat(client: Any, **body: Any) -> Any:

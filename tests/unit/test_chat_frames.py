@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from server.plan import chat_frames
-from tests.unit._front import WEATHER_TOOL, stream_raw
+from tests.unit._front import WEATHER_TOOL, count_updates, masked, stream_raw
+from tests.unit._front import pieces as _pieces
 
 TIME_TOOL = {"type": "function", "function": {
     "name": "get_time", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}
@@ -19,10 +20,6 @@ CALLS = ('Checking.<tool_call>\n{"name": "get_weather", "arguments": {"city": "P
          '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>')
 _MASK = [(re.compile(r"chatcmpl-[0-9a-f]+"), "chatcmpl-X"), (re.compile(r'"created":\s?\d+'), '"created":0'),
          (re.compile(r"call_[A-Za-z0-9]+"), "call_X")]
-
-
-def _pieces(text: str, size: int) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
@@ -47,10 +44,7 @@ CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
 
 def _stream(make_app: Any, options: dict[str, Any], script: list[str], body: dict[str, Any]) -> bytes:
     built = make_app(script=lambda req: list(script), **options)
-    raw = stream_raw(built.client(), messages=[{"role": "user", "content": "Go."}], **body)
-    for pattern, repl in _MASK:
-        raw = pattern.sub(repl, raw)
-    return raw.encode()
+    return masked(stream_raw(built.client(), messages=[{"role": "user", "content": "Go."}], **body), _MASK)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -90,17 +84,8 @@ def test_unparsed_text_skips_the_per_chunk_update(make_app: Any, name: str, lane
     ``ChoiceUpdate`` for its first delta and its finish only; any other stream makes one per chunk
     that sends something (a delta, logprobs, the end): a chunk of a call's head or of a marker makes
     none. With the fast paths off (``Run.updates``) every chunk makes one."""
-    from server.plan import run
-
     options, script, body = CASES[name]
-    made: list[int] = []
-
-    class Counted(run.ChoiceUpdate):  # type: ignore[misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            made.append(1)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(run, "ChoiceUpdate", Counted)
+    made = count_updates(monkeypatch)
     _stream(make_app, options, script, body)
     chunks = len(script) * body.get("n", 1)
     if lane:

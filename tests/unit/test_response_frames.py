@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from server.plan import response_frames, run
+from server.plan import response_frames
+from tests.unit._front import count_updates, masked
+from tests.unit._front import pieces as _pieces
 
 WEATHER = {"type": "function", "name": "get_weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -19,10 +21,6 @@ CALLS = ('Checking.<tool_call>\n{"name": "get_weather", "arguments": {"city": "P
          '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>')
 _MASK = [(re.compile(r'"(id|call_id|item_id|previous_response_id)":\s?"[^"]*"'), r'"\1":"X"'),
          (re.compile(r'"(created_at|completed_at)":\s?[\d.]+'), r'"\1":0')]
-
-
-def _pieces(text: str, size: int) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
@@ -42,24 +40,14 @@ def _stream(make_app: Any, options: dict[str, Any], script: list[str], body: dic
     built = make_app(script=lambda req: list(script), **options)
     with built.client().stream("POST", "/v1/responses", json={"stream": True, "input": "Go.", **body}) as r:
         assert r.status_code == 200, r.read()
-        raw = "".join(r.iter_text())
-    for pattern, repl in _MASK:
-        raw = pattern.sub(repl, raw)
-    return raw.encode()
+        return masked("".join(r.iter_text()), _MASK)
 
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_quiet_updates_frame_exactly_what_an_update_per_chunk_frames(make_app: Any, name: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     options, script, body = CASES[name]
-    made: list[int] = []
-
-    class Counted(run.ChoiceUpdate):  # type: ignore[misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            made.append(1)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(run, "ChoiceUpdate", Counted)
+    made = count_updates(monkeypatch)
     quiet = _stream(make_app, options, script, body)
     quiet_made = len(made)
     made.clear()
