@@ -3,9 +3,9 @@
 A bare ASGI app on uvicorn (httptools, on gramserve's event loop: ``--event-loop``), no FastAPI, no
 middleware, no parsing: a chat request is prepared as the engine-alone target prepares it
 (``bench.engine_direct.DirectEngine.prepare``: gramserve's own plan, so the same template, prompt
-tokens and constraint), on the event loop, then each engine output goes out as one SSE event, framed from pre-encoded bytes
-(``ContentFrames``: a tool call's text is sent as content, unparsed), with the usage chunk and
-``[DONE]`` at the end. So it pays what every such server pays (HTTP parsing, one ASGI send and one
+tokens and constraint), on the event loop, then each engine output goes out as one SSE event, framed
+from pre-encoded bytes (``ContentFrames``: a tool call's text is sent as content, unparsed), with the
+usage chunk and ``[DONE]`` at the end. So it pays what every such server pays (HTTP parsing, one ASGI send and one
 socket write per event, vLLM's output path, one task wake-up per request per engine step) and
 nothing of what makes an answer trustworthy (no stream parse, no tool calls, no checks, no
 metrics, no logs). Between the engine alone (``bench/engine_direct.py``) and gramserve it splits

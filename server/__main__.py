@@ -25,6 +25,9 @@ def serve(settings: Settings) -> int:
     from server.logs import configure_logging
 
     configure_logging()
+    from server.runner import event_loop_factory
+
+    event_loop_factory(settings.event_loop)  # an --event-loop this machine lacks: said before anything starts
     if settings.api_server_count > 1:
         from server.api_servers import serve_api_servers
 

@@ -135,3 +135,17 @@ def test_without_uvloop_auto_falls_back_and_uvloop_says_what_to_do(monkeypatch: 
     assert event_loop_factory("auto") is None
     with pytest.raises(SystemExit, match="--event-loop uvloop: uvloop is not installed.*--event-loop auto or asyncio"):
         event_loop_factory("uvloop")
+
+
+def test_serve_says_so_before_starting_anything(monkeypatch: pytest.MonkeyPatch) -> None:
+    import server.__main__ as cli
+    from server import logs, runner
+
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+    monkeypatch.setattr(logs, "configure_logging", lambda: None)
+    started: list[int] = []
+    monkeypatch.setattr(runner, "serve_one_process", lambda settings: started.append(1) or 0)
+    with pytest.raises(SystemExit, match="--event-loop uvloop"):
+        cli.serve(settings_from_args(["--event-loop", "uvloop"]))
+    assert not started
+    assert cli.serve(settings_from_args(["--event-loop", "auto"])) == 0 and started == [1]  # (falls back to asyncio)
