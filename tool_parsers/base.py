@@ -124,6 +124,12 @@ class CallFormat:
     # such as "qwen_xml" for <parameter=k>v</parameter>); the schema is enforced either way.
     arguments_style: str = "json"
 
+    def head(self, name: str) -> str:
+        """One call's text before its arguments, ``call_begin + NAME + name_end``: the name
+        JSON-escaped where it sits in a JSON string (``call_begin`` ends with a quote)."""
+        shown = json.dumps(name, ensure_ascii=False)[1:-1] if self.call_begin.endswith('"') else name
+        return self.call_begin + shown + self.name_end
+
     def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
                        parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
         """The family's own structural-tag ``format`` for calls of ``tools`` ((name, arguments

@@ -13,15 +13,21 @@ another key order, a name that needs escaping) only means the next chunk is pars
 Two stages: before the name is known the head is ``call_begin`` (and then, while the name is
 being written, chunks of the family's ``held_inert``); once a parse found the name whole, the
 head is ``call_begin + NAME + name_end``, and the chunk that opens the arguments is parsed.
+
+The name before it is whole (:meth:`CallHead.forced_name`): where the tools' grammar writes every
+call's head as ``CallFormat.head(NAME)`` for one of the names it allows (:func:`grammar_heads`), the
+name is known as soon as the text from the start marker fits the head of one name only (one tool:
+at the start marker; ``get_weather`` and ``get_time``: at ``get_w``), and goes out then.
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from tool_parsers.base import ToolParser
+from tool_parsers.base import CallFormat, ToolParser
 
-__all__ = ["CallHead", "call_head"]
+__all__ = ["CallHead", "call_head", "grammar_heads"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,21 @@ class CallHead:
             return None
         return CallHead(self.pos, self.text + name + self.name_end, self.name_end, True)
 
+    def forced_name(self, tail: str, heads: Sequence[tuple[str, str]]) -> tuple[str, CallHead] | None:
+        """Where the grammar writes this call's head as one of ``heads`` ((name, its head), from
+        :func:`grammar_heads`): the name, and the head it makes, once the text from the start marker
+        fits one of them only; None while several fit (or none: not the grammar's text), or once named."""
+        if self.named:
+            return None
+        written = tail[self.pos:]
+        found: tuple[str, str] | None = None
+        for name, text in heads:
+            if text.startswith(written) if len(written) <= len(text) else written.startswith(text):
+                if found is not None:
+                    return None
+                found = (name, text)
+        return None if found is None else (found[0], CallHead(self.pos, found[1], self.name_end, True))
+
     def shifted(self, by: int) -> CallHead | None:
         """This head in a tail that lost its first ``by`` characters (a settled checkpoint)."""
         return CallHead(self.pos - by, self.text, self.name_end, self.named) if self.pos >= by else None
@@ -65,3 +86,14 @@ def call_head(parser: ToolParser, pos: int) -> CallHead | None:
     if f is None or not start or f.section_begin or not f.call_begin.startswith(start) or not f.name_end:
         return None
     return CallHead(pos, f.call_begin, f.name_end)
+
+
+def grammar_heads(parser: ToolParser, names: Collection[str]) -> tuple[tuple[str, str], ...]:
+    """(name, ``CallFormat.head(name)``) for each of ``names``, the names a tools' grammar lets a call
+    take, where that grammar is assembled from the family's pieces (its calls begin
+    ``call_begin + NAME + name_end``, exactly) and the family has a head (:func:`call_head`); else ().
+    A family with its own grammar (channels, several ways to begin a call) names its calls from the parse."""
+    f = getattr(parser, "format", None)
+    if f is None or type(f).structural_tag is not CallFormat.structural_tag or call_head(parser, 0) is None:
+        return ()
+    return tuple((n, f.head(n)) for n in names)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from server.json_types import JsonValue
-from server.messages.call_head import CallHead, call_head
+from server.messages.call_head import CallHead, call_head, grammar_heads
 from server.messages.deltas import (
     FinalMessage,
     FinalToolCall,
@@ -95,7 +95,10 @@ class MessageStream:
     ``tool_names``: when given, calls to other names are dropped (never streamed, listed
     in ``dropped``). ``early_names``: a call's name is sent as soon as it is complete, its
     arguments in later deltas, as OpenAI streams (only where a grammar ends every call it opens:
-    otherwise a call is sent once its arguments begin, see the module doc). ``tool_schemas``
+    otherwise a call is sent once its arguments begin, see the module doc). ``grammar_names``
+    (with ``early_names``): the names that grammar lets a call take; where it writes each call's head
+    exactly (``call_head.grammar_heads``), a name goes out as soon as the head written so far fits
+    one of them only, before it is whole. ``tool_schemas``
     (name -> parameters) reach the parser (see :meth:`~tool_parsers.base.ToolParser.with_tools`).
     Calls are streamed only once their name is complete and validated.
     ``streaming=False`` (non-streamed requests): :meth:`feed` only collects text and
@@ -119,6 +122,7 @@ class MessageStream:
         guard_repeats: bool = False,
         tool_schemas: Mapping[str, JsonValue] | None = None,
         early_names: bool = False,
+        grammar_names: Collection[str] | None = None,
     ) -> None:
         if tool_parser is not None and tool_schemas is not None:
             tool_parser = tool_parser.with_tools(tool_schemas)  # XML parameters are typed by schema
@@ -133,6 +137,8 @@ class MessageStream:
         self._streaming = streaming
         self._guard = guard_repeats and tool_parser is not None
         self._early_names = early_names
+        # (name, head) of each name the grammar allows, where a call's name is known from its head
+        self._heads = grammar_heads(tool_parser, grammar_names) if tool_parser and early_names and grammar_names else ()
         self._chunks: list[str] = []
         self._ids: list[str] = []
         self._finished = False
@@ -214,9 +220,12 @@ class MessageStream:
                 return MessageDelta(text_delta, None, ()) if self._streaming else None
         elif self._synced:
             head = self._head
+            naming = False  # the grammar leaves the call in the head one name: the parse below sends it
             if head is not None and SKIP_HEAD and head.holds(self._tail, self._held_inert):
-                return None  # a call's head being written as its family writes it: nothing to send yet
-            if self._held and SKIP_HELD:
+                if not (self._heads and head.forced_name(self._tail, self._heads)):
+                    return None  # a call's head being written as its family writes it: nothing to send yet
+                naming = True
+            if self._held and SKIP_HELD and not naming:
                 inert = self._held_inert
                 if inert is not None and inert.fullmatch(text_delta):
                     return None  # nothing of the held call can be sent after this chunk: the next parse reads it
@@ -229,7 +238,8 @@ class MessageStream:
                     self._wait, self._prose = None, False  # (so the next chunk is parsed, unless in the head)
                     assert self._tool_parser is not None
                     self._head = call_head(self._tool_parser, len(self._tail) - len(rest))
-                    return None
+                    if not (self._heads and self._head and self._head.forced_name(self._tail, self._heads)):
+                        return None  # (else one name fits already: the parse below sends it)
             elif wait is None and SKIP_CONTENT and self._in_prose(text_delta):
                 sent = self._sent
                 self._sent = Parsed(sent.reasoning, sent.content + text_delta, (), ())
@@ -454,6 +464,7 @@ class MessageStream:
             result = self._tool_parser.parse(text, final=final)
         else:
             result = self._tool_parser.parse(text, final=final, resume=self._resume)
+        calls = result.tool_calls
         if record:
             self._tail_errors = result.errors
             self._bad = result.malformed
@@ -465,12 +476,17 @@ class MessageStream:
             head = self._head if self._held and not result.malformed else None
             if head is not None and last_call is not None and last_call.name is not None:
                 head = head.with_name(text, last_call.name)
+            elif head is not None and last_call is not None and self._heads:
+                forced = head.forced_name(text, self._heads)
+                if forced is not None:  # the grammar leaves this call one name: it is the call's name now
+                    head = forced[1]
+                    calls = calls[:-1] + (ToolCallPart(forced[0], last_call.arguments, False),)
             self._head = head
         kept: list[ToolCallPart] = []
         dropped: list[str] = []
         cp = result.checkpoint
         settled_kept, settled_dropped = 0, 0
-        for i, call in enumerate(result.tool_calls):
+        for i, call in enumerate(calls):
             if cp is not None and i == cp.calls:
                 settled_kept, settled_dropped = len(kept), len(dropped)
             if call.name is None:
@@ -488,7 +504,7 @@ class MessageStream:
                 continue
             kept.append(call)
         else:
-            if cp is not None and cp.calls == len(result.tool_calls):
+            if cp is not None and cp.calls == len(calls):
                 settled_kept, settled_dropped = len(kept), len(dropped)
         if record:
             self._tail_dropped = tuple(dropped)
@@ -499,7 +515,7 @@ class MessageStream:
             self._repeat = self._repeat or self._repeats.repeat
             if record:  # an open call to a function already called, held till it is whole (see feed)
                 last = named[-1] if len(kept) == len(named) - 1 else None
-                self._guard_held = (last.arguments if last is not None and last is result.tool_calls[-1]
+                self._guard_held = (last.arguments if last is not None and last is calls[-1]
                                     and not last.complete and last.arguments[:1] in ("{", "[")
                                     and self._tool_parser.raw_arguments and not result.malformed else None)
         while len(self._ids) < first + len(kept):

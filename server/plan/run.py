@@ -30,7 +30,8 @@ from server.state import ServerState
 from server.structured.budget import closed_by_budget
 from tool_parsers.base import ToolParser
 
-__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "calls_end_whole", "engine_errors", "run_engine"]
+__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "calls_end_whole", "engine_errors", "grammar_names",
+           "run_engine"]
 
 log = logging.getLogger("gramserve.stream")
 
@@ -79,6 +80,7 @@ def _new_stream(state: ServerState, plan: RequestPlan, req: ChatCompletionReques
         streaming=streaming,
         guard_repeats=not state.settings.allow_duplicate_tool_calls,
         early_names=reasoning is None and calls_end_whole(plan),
+        grammar_names=grammar_names(plan),
     )
 
 
@@ -99,6 +101,19 @@ def calls_end_whole(plan: RequestPlan) -> bool:
     constraint = gen.constraint
     return (bool(plan.tool_names) and constraint is not None and constraint.kind == "structural_tag"
             and constraint.closes and not gen.sampling.stop)
+
+
+def grammar_names(plan: RequestPlan) -> tuple[str, ...] | None:
+    """The names the tools' grammar lets a call take (``ToolSpec.callable``), where only calls can
+    begin with the family's start marker: the grammar holds every call (:func:`calls_end_whole`)
+    and no JSON answer (``response_format``, structured outputs) could hold that marker as text.
+    None elsewhere (a call is named by its parse alone)."""
+    spec, tools = plan.spec, plan.tools
+    if tools is None or not calls_end_whole(plan) or spec.structured_outputs:
+        return None
+    if spec.response_format is not None and spec.response_format.get("type") != "text":
+        return None
+    return tuple(t.name for t in tools.callable)
 
 
 class Choice:

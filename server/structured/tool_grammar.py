@@ -9,7 +9,6 @@ calls under tool_choice "auto".
 """
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any, Literal
 
 from server.structured.errors import ConstraintError
@@ -73,13 +72,6 @@ def json_format(schema: Any, style: str = "json") -> dict[str, Any]:
     return fmt if style == "json" else {**fmt, "style": style}
 
 
-def _call_begin(fmt: CallFormat, name: str) -> str:
-    """Everything before the arguments; the name is JSON-escaped when it sits in a JSON string."""
-    in_json_string = fmt.call_begin.endswith('"')
-    shown = json.dumps(name, ensure_ascii=False)[1:-1] if in_json_string else name
-    return fmt.call_begin + shown + fmt.name_end
-
-
 def _calls_only_at_start(fmt: CallFormat) -> bool:
     """Formats whose parser finds calls only at the start of the output (no marker to find
     them later): the family's data says so."""
@@ -104,7 +96,7 @@ def tool_call_format(
         raise ConstraintError(str(exc), "tools") from None
     if own is not None:
         return own
-    calls = [(_call_begin(fmt, n), json_format(s, fmt.arguments_style)) for n, s in tools]
+    calls = [(fmt.head(n), json_format(s, fmt.arguments_style)) for n, s in tools]  # (the text before the arguments)
     any_call = one_of([seq(const(b), j, const(fmt.call_end)) for b, j in calls])
     more = {"type": "star", "content": seq(const(fmt.separator), any_call)} if parallel else None
     block = seq(const(fmt.section_begin), any_call, more, const(fmt.section_end))

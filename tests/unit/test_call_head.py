@@ -1,8 +1,13 @@
 """server/messages/call_head.py: where a call's head, as its family writes it, still holds the text."""
 from __future__ import annotations
 
-from server.messages.call_head import CallHead, call_head
-from tool_parsers import get_tool_parser
+import json
+from typing import Any
+
+import pytest
+
+from server.messages.call_head import CallHead, call_head, grammar_heads
+from tool_parsers import TOOL_PARSERS, get_tool_parser
 
 _HERMES = get_tool_parser("hermes")
 _INERT = _HERMES.held_inert
@@ -43,3 +48,63 @@ def test_only_families_whose_calls_begin_at_their_marker_have_heads() -> None:
     assert call_head(get_tool_parser("longcat"), 0) is not None
     for name in ("llama3_json", "kimi_k2", "deepseek_v3"):  # a section before the call, or no start marker
         assert call_head(get_tool_parser(name), 0) is None, name
+
+
+def test_a_name_is_forced_once_the_head_written_fits_one_of_the_grammars_names() -> None:
+    heads = grammar_heads(_HERMES, ["get_weather", "get_time", "get"])
+    assert dict(heads)["get"] == '<tool_call>\n{"name": "get", "arguments": '
+    head = call_head(_HERMES, 2)
+    assert head is not None
+    for written in ("", "<tool_", '<tool_call>\n{"name": "', '<tool_call>\n{"name": "get'):
+        assert head.forced_name("x " + written, heads) is None  # two or more names still fit
+    name, named = head.forced_name('x <tool_call>\n{"name": "get_w', heads)  # type: ignore[misc]
+    assert name == "get_weather" and named == CallHead(2, dict(heads)["get_weather"], '", "arguments": ', True)
+    assert named.holds('x <tool_call>\n{"name": "get_weather", "argu', _INERT)  # no parse till the arguments
+    assert head.forced_name('x <tool_call>\n{"name": "get"', heads)[0] == "get"  # type: ignore[index]
+    assert head.forced_name('x <tool_call>\n{"name": "get", "arguments": {', heads)[0] == "get"  # type: ignore[index]
+    assert head.forced_name('x <tool_call>\n{"name": "set', heads) is None  # not the grammar's text: the parse names it
+    assert named.forced_name('x <tool_call>\n{"name": "get_w', heads) is None  # named already
+    one = grammar_heads(_HERMES, ["get_weather"])
+    assert head.forced_name("x <tool_call>", one)[0] == "get_weather"  # type: ignore[index]  # one tool: at the marker
+
+
+def test_only_families_whose_grammar_is_their_pieces_name_calls_from_the_head() -> None:
+    """Harmony (several ways to begin a call) and families without a head name calls by their parse."""
+    assert grammar_heads(get_tool_parser("openai"), ["f"]) == () == grammar_heads(get_tool_parser("gpt_oss"), ["f"])
+    assert grammar_heads(get_tool_parser("kimi_k2"), ["f"]) == () == grammar_heads(get_tool_parser("llama3_json"), ["f"])
+    assert grammar_heads(_HERMES, ['a"b']) == (('a"b', '<tool_call>\n{"name": "a\\"b", "arguments": '),)  # escaped
+
+
+def _grammar_takes(parser: str, tools: list[dict[str, Any]], text: str, choice: Any) -> bool:
+    """Whether the server's tool grammar for ``parser`` lets a model begin its output with ``text``."""
+    import xgrammar as xgr
+
+    from server.structured.constraints import constraint_from_request
+    from server.structured.tools import tool_spec_of
+
+    constraint = constraint_from_request(response_format=None, structured_outputs=None,
+                                         tools=tool_spec_of(tools, choice), tool_format=parser)
+    assert constraint is not None
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo([])).compile_structural_tag(json.dumps(constraint.value))
+    return bool(xgr.GrammarMatcher(compiled).accept_string(text))
+
+
+@pytest.mark.parametrize("parser", [n for n in sorted(TOOL_PARSERS) if grammar_heads(get_tool_parser(n), ["f"])])
+def test_the_grammar_writes_a_calls_head_as_grammar_heads_says(parser: str) -> None:
+    """What lets a name go out before it is whole: after a call's start marker the family's grammar takes
+    only the head of one of the names it allows, written as ``CallFormat.head`` (no other spelling, no
+    other name, nothing but ``name_end`` after it), under every tool_choice that constrains calls."""
+    p = get_tool_parser(parser)
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": {}}}}
+             for n in ("get_weather", "get_time")]
+    named = {"type": "function", "function": {"name": "get_time"}}
+    for choice, names in (("auto", ["get_weather", "get_time"]), ("required", ["get_weather", "get_time"]),
+                          (named, ["get_time"])):
+        heads = dict(grammar_heads(p, names))
+        before = "Sure. " if choice == "auto" and p.format.calls_follow_text else ""
+        for name in ("get_weather", "get_time"):
+            assert _grammar_takes(parser, tools, before + p.format.head(name), choice) is (name in heads), (choice, name)
+        begin = before + p.format.call_begin
+        assert not _grammar_takes(parser, tools, begin + "x", choice)  # no tool's name
+        assert not _grammar_takes(parser, tools, begin + "get_timeX", choice)  # the name ends with name_end
+        assert not _grammar_takes(parser, tools, begin + " get_time", choice)  # no other spelling

@@ -433,3 +433,47 @@ def test_early_names_keep_a_call_cut_after_its_name_as_unfinished() -> None:
     assert "".join(tc.arguments for _, tc in found) == "{}"
     final, found = _first_call_deltas([text[:35], text[35:]], early=False)
     assert final.tool_calls == [] and found == []
+
+
+@pytest.mark.parametrize("names, at", [
+    (["get_weather"], "<tool_call>"),  # one tool: the start marker names the call
+    (["get_weather", "get_time"], '<tool_call>\n{"name": "get_w'),  # the first letter that tells them apart
+    (["get_weather", "get_weather_now"], '<tool_call>\n{"name": "get_weather"'),  # a name inside another: its end
+])
+def test_a_name_the_grammar_leaves_alone_goes_out_before_it_is_whole(names: list[str], at: str) -> None:
+    """``grammar_names`` (the grammar writes each call's head for one of them): a call's first delta comes
+    with the chunk after which one name alone fits the head written so far; the deltas follow OpenAI's
+    rules and the message is the one the parse alone makes, streamed or not."""
+    parser = get_tool_parser("hermes")
+    text = "Sure. " + parser.write([("get_weather", {"city": "Paris"})])
+
+    def make(**kw: object) -> MessageStream:
+        return MessageStream(tool_parser=parser, reasoning_parser=None, tool_names=names, early_names=True,
+                             guard_repeats=True, grammar_names=names, **kw)  # type: ignore[arg-type]
+
+    chunks = list(text)
+    stream = make()
+    for k, c in enumerate(chunks):
+        d = stream.feed(c)
+        if d is not None and d.tool_calls:
+            assert (d.tool_calls[0].name, d.tool_calls[0].arguments) == ("get_weather", "")
+            assert "".join(chunks[: k + 1]) == "Sure. " + at
+            break
+    else:
+        raise AssertionError("no call delta")
+    whole = run_nonstream(make, text)
+    for chunking in chunkings(text).values():
+        check_agree(run_stream(make, chunking), whole)  # the delta rules, and the same message
+    assert [(c.name, json.loads(c.arguments)) for c in whole.tool_calls] == [("get_weather", {"city": "Paris"})]
+
+
+def test_a_head_the_grammar_did_not_write_is_named_by_its_parse() -> None:
+    """Text no name's head fits (not what the grammar writes: another spacing, another name) is named
+    only by the parse, once whole, as without ``grammar_names``."""
+    parser = get_tool_parser("hermes")
+    for text, name in (('<tool_call>\n{"name":"get_time", "arguments": {}}\n</tool_call>', "get_time"),
+                       ('<tool_call>\n{"name": "set_time", "arguments": {}}\n</tool_call>', "set_time")):
+        stream = MessageStream(tool_parser=parser, reasoning_parser=None, tool_names=None, early_names=True,
+                               grammar_names=["get_weather", "get_time"])
+        first, delta = next((k, d) for k, c in enumerate(text) if (d := stream.feed(c)) is not None and d.tool_calls)
+        assert text[: first + 1].endswith(f'"{name}"') and delta.tool_calls[0].name == name  # when the name ends

@@ -168,3 +168,29 @@ def test_a_calls_name_is_streamed_early_only_where_every_call_ends_whole(
                  for tc in ch["delta"].get("tool_calls") or ()]
         assert [tc["function"]["name"] for tc in parts if "id" in tc] == ["get_weather"]
         assert "".join(tc["function"]["arguments"] for tc in parts) == '{"city": "Paris"}'
+
+
+@pytest.mark.parametrize(("extra", "names"), [
+    ({"tool_choice": "required"}, ("get_weather", "get_time")),
+    ({"tool_choice": {"type": "function", "function": {"name": "get_time"}}}, ("get_time",)),  # the grammar's one
+    ({"tool_choice": "required", "response_format": {"type": "text"}}, ("get_weather", "get_time")),
+    ({"tool_choice": "auto", "close_within_budget": True, "response_format": {"type": "json_object"}}, None),
+    ({"tool_choice": "required", "stop": ["}"]}, None),  # calls may be cut: named by their parse
+    ({"tool_choice": "auto"}, None),
+])
+def test_a_calls_name_comes_from_the_grammars_names_only_where_nothing_else_can_start_a_call(
+        make_app: Any, extra: dict[str, Any], names: tuple[str, ...] | None) -> None:
+    """``grammar_names``: the names the tools' grammar allows, given to the stream (which sends a name
+    once the head written fits one of them) only where the grammar holds every call and no JSON answer
+    could hold a start marker as text."""
+    from server.plan.run import _new_stream, grammar_names
+    from server.protocol import ChatCompletionRequest
+    from tests.unit._front import TIME_TOOL
+
+    b = make_app(script=script(WEATHER_SCRIPT))
+    req = ChatCompletionRequest.model_validate({"messages": HI, "tools": [WEATHER, TIME_TOOL], "max_tokens": 200,
+                                                **extra})
+    plan = build_plan(b.state, req)
+    assert grammar_names(plan) == names
+    heads = _new_stream(b.state, plan, req, streaming=True)._heads
+    assert [n for n, _ in heads] == list(names or ())
