@@ -8,11 +8,13 @@ by walking ``/proc/*/stat`` parent links and summed one by one.
 from __future__ import annotations
 
 import os
+import random
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["API_PROCESS_NAMES", "ProcStat", "CpuSample", "parse_stat", "read_stat", "descendants", "cpu_sample", "listening_pid",
-           "CpuSplit", "cpu_split", "parse_cpus", "pin_tree"]
+           "CpuSplit", "cpu_split", "parse_cpus", "pin_tree", "ephemeral_low", "free_port"]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PROC = Path("/proc")
@@ -204,3 +206,33 @@ def pin_tree(pid: int, split: CpuSplit, proc: Path = PROC) -> tuple[int, int]:
     front = sum(_pin_process(p, split.front, proc) for p in api)
     engine = sum(_pin_process(s.pid, split.engine, proc) for s in below if s.pid not in api)
     return front, engine
+
+
+def ephemeral_low(proc: Path = PROC) -> int:
+    """Where the range of ports the machine hands out for its own sockets begins."""
+    try:
+        return int((proc / "sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default range starts here
+
+
+def free_port() -> int:
+    """A port free now, below the ephemeral range, for a server started next. A server binds its port
+    only once its engine is up (about a minute), and meanwhile the machine hands out ephemeral ports:
+    vLLM's own sockets, and a readiness probe's connections to that very port (a connection to a port
+    nobody listens on yet can be given it as its own source port, and connect to itself). An
+    ephemeral port picked by ``bind(0)`` was taken that way once ("address already in use"); one
+    below the range cannot be."""
+    low = ephemeral_low()
+    if low > 21000:
+        for _ in range(200):
+            port = random.randint(20000, low - 1)
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    with socket.socket() as s:  # (a machine whose ephemeral range starts low: the old way)
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -459,6 +459,10 @@ def _server_cmd(target: str, port: int, flags: EngineFlags, model: Path) -> list
         flags = copy.copy(flags)
         flags.api_server_count = count
     if target.startswith("gramserve@"):  # an earlier gramserve, from its worktree (see _server_cwd)
+        runner = _server_cwd(target) / "server" / "runner.py"
+        if runner.is_file() and "event_loop_factory" not in runner.read_text():
+            print(f"# note: {target} predates --event-loop: it runs asyncio's loop where this tree runs "
+                  "uvloop (auto), so the A/B also compares the loops", flush=True)
         return [str(PY), "-m", "server", "serve", "--port", str(port), *flags.gramserve_args()]
     if target == "transport":  # the HTTP floor: a bare uvicorn app on the same engine, no parsing
         if flags.api_server_count > 1:

@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from bench._proc import free_port
 from bench.compare import _start, _stop
 from bench.serve import run_cell
 from evals.reference import ENGINE_PROMPTS, Agreement, Reference, compare_logprobs
@@ -48,14 +49,6 @@ def cpu_matrix_features(cpuinfo: str | None = None) -> dict[str, bool]:
             flags.update(line.split(":", 1)[1].split())
             break
     return {name: name in flags for name in _FEATURES}
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _agreement(base: str, ref: Reference, *, steps: int, tol: float) -> Agreement:
@@ -106,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     servers: dict[str, tuple[Any, str]] = {}
     try:
         for dtype in dtypes:  # all up at once, so the speed cells can interleave
-            port = _free_port()
+            port = free_port()  # (below the ephemeral range: bench._proc)
             cmd = [sys.executable, "-m", "server", "serve", "--port", str(port), "--dtype", dtype]
             servers[dtype] = (_start(cmd, dict(os.environ), port, logs / f"{dtype}.log"), f"http://127.0.0.1:{port}")
         agreement = {d: _agreement(base, ref, steps=a.steps, tol=a.tol) for d, (_, base) in servers.items()}

@@ -41,6 +41,8 @@ DEFAULT_FUNCTIONS = (
     "vllm.v1.engine.input_processor:InputProcessor.process_inputs",
     "vllm.v1.serial_utils:MsgpackDecoder.decode", "vllm.v1.serial_utils:MsgpackEncoder.encode",
     "zmq.sugar.socket:Socket.send_multipart",
+    # asyncio's own loop and transport: they read 0 under uvloop (``--event-loop auto`` where it is
+    # installed), whose loop and transports are C; run the server with ``--event-loop asyncio`` to see them
     "asyncio.selector_events:_SelectorSocketTransport.write",
     "asyncio.base_events:BaseEventLoop._run_once",
 )

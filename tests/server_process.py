@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +14,7 @@ __all__ = ["API_KEY", "CLIENT_TIMEOUT_S", "ROOT", "TESTDATA", "ServerProcess", "
 
 import httpx
 
+from bench._proc import free_port  # a port below the ephemeral range (the reason is there)
 from tests.testdata import testdata_root
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,35 +23,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CLIENT_TIMEOUT_S = 1800
 TESTDATA = testdata_root()
 API_KEY = "test-key-1"
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default range starts here
-
-
-def free_port() -> int:
-    """A port free now, below the ephemeral range. A server binds its port only once its engine is up
-    (about a minute), and meanwhile the machine hands out ephemeral ports: vLLM's own sockets, and the
-    readiness probe's connections to that very port (a connection to a port nobody listens on yet can
-    be given it as its own source port, and connect to itself). An ephemeral port picked by ``bind(0)``
-    was taken that way once ("address already in use", the session server lost); one below the range
-    cannot be."""
-    low = _ephemeral_low()
-    if low > 21000:
-        for _ in range(200):
-            port = random.randint(20000, low - 1)
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-    with socket.socket() as s:  # (a machine whose ephemeral range starts low: the old way)
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProcess:

@@ -130,6 +130,10 @@ class CallFormat:
         shown = json.dumps(name, ensure_ascii=False)[1:-1] if self.call_begin.endswith('"') else name
         return self.call_begin + shown + self.name_end
 
+    def heads(self, names: Sequence[str]) -> tuple[str, ...]:
+        """:meth:`head` of each of ``names``, in order."""
+        return tuple(self.head(n) for n in names)
+
     def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
                        parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
         """The family's own structural-tag ``format`` for calls of ``tools`` ((name, arguments

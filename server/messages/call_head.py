@@ -96,4 +96,5 @@ def grammar_heads(parser: ToolParser, names: Collection[str]) -> tuple[tuple[str
     f = getattr(parser, "format", None)
     if f is None or type(f).structural_tag is not CallFormat.structural_tag or call_head(parser, 0) is None:
         return ()
-    return tuple((n, f.head(n)) for n in names)
+    names = tuple(names)
+    return tuple(zip(names, f.heads(names), strict=True))

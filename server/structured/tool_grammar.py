@@ -96,7 +96,8 @@ def tool_call_format(
         raise ConstraintError(str(exc), "tools") from None
     if own is not None:
         return own
-    calls = [(fmt.head(n), json_format(s, fmt.arguments_style)) for n, s in tools]  # (the text before the arguments)
+    heads = fmt.heads([n for n, _ in tools])  # each call's text before its arguments
+    calls = [(b, json_format(s, fmt.arguments_style)) for b, (_, s) in zip(heads, tools, strict=True)]
     any_call = one_of([seq(const(b), j, const(fmt.call_end)) for b, j in calls])
     more = {"type": "star", "content": seq(const(fmt.separator), any_call)} if parallel else None
     block = seq(const(fmt.section_begin), any_call, more, const(fmt.section_end))
