@@ -100,7 +100,7 @@ class MessageStream:
     exactly (``call_head.grammar_heads``), a name goes out as soon as the head written so far fits
     one of them only, before it is whole. ``tool_schemas``
     (name -> parameters) reach the parser (see :meth:`~tool_parsers.base.ToolParser.with_tools`).
-    Calls are streamed only once their name is complete and validated.
+    Calls are streamed only once their name is known (whole, or the one the grammar leaves) and allowed.
     ``streaming=False`` (non-streamed requests): :meth:`feed` only collects text and
     returns None; :meth:`finish` parses the whole text once, so the parsers' final verdict
     on malformed calls applies.
