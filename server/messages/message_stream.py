@@ -476,8 +476,12 @@ class MessageStream:
             head = self._head if self._held and not result.malformed else None
             if head is not None and last_call is not None and last_call.name is not None:
                 head = head.with_name(text, last_call.name)
-            elif head is not None and last_call is not None and self._heads:
-                forced = head.forced_name(text, self._heads)
+            elif self._heads and self._held and last_call is not None and not result.malformed:
+                # (a head found at the last start marker where the stream has none: a non-streamed
+                # answer, a chunk that held the marker and more, names the call as a stream would)
+                at = text.rfind(self._start_marker or "\0") if head is None else -1
+                head = head if head is not None or at < 0 else call_head(self._tool_parser, at)
+                forced = head.forced_name(text, self._heads) if head is not None else None
                 if forced is not None:  # the grammar leaves this call one name: it is the call's name now
                     head = forced[1]
                     calls = calls[:-1] + (ToolCallPart(forced[0], last_call.arguments, False),)

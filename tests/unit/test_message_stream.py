@@ -477,3 +477,22 @@ def test_a_head_the_grammar_did_not_write_is_named_by_its_parse() -> None:
                                grammar_names=["get_weather", "get_time"])
         first, delta = next((k, d) for k, c in enumerate(text) if (d := stream.feed(c)) is not None and d.tool_calls)
         assert text[: first + 1].endswith(f'"{name}"') and delta.tool_calls[0].name == name  # when the name ends
+
+
+@pytest.mark.parametrize(("text", "calls"), [
+    ('Sure. <tool_call>\n{"name": "get_w', ["get_weather"]),  # one name fits: a call, kept unfinished
+    ('Sure. <tool_call>\n{"name": "get_', []),  # two still fit: no call (its text is content)
+])
+def test_a_call_cut_inside_its_name_is_the_same_streamed_or_not(text: str, calls: list[str]) -> None:
+    """Should the engine stop inside a name (the grammar's promise broken: an abort), a non-streamed
+    answer names the call from its start marker as a stream does, whatever the chunking."""
+    names = ["get_weather", "get_time"]
+
+    def make(**kw: object) -> MessageStream:
+        return MessageStream(tool_parser=get_tool_parser("hermes"), reasoning_parser=None, tool_names=names,
+                             early_names=True, grammar_names=names, **kw)  # type: ignore[arg-type]
+
+    whole = run_nonstream(make, text)
+    assert [c.name for c in whole.tool_calls] == calls and whole.unfinished == list(range(len(calls)))
+    for chunking in chunkings(text).values():
+        check_agree(run_stream(make, chunking), whole)
