@@ -146,11 +146,10 @@ async def _amain(a: argparse.Namespace) -> list[Cell]:
 
 def main(argv: list[str] | None = None) -> int:
     from server.config import settings_from_args
-    from server.runner import event_loop_factory
+    from server.runner import run_on_loop
 
     a = _parser().parse_args(argv)
-    with asyncio.Runner(loop_factory=event_loop_factory(settings_from_args(a.serve_args).event_loop)) as runner:
-        cells = runner.run(_amain(a))  # on gramserve's loop (--event-loop among the serve flags)
+    cells = run_on_loop(_amain(a), settings_from_args(a.serve_args))  # on gramserve's loop (--event-loop)
     if a.json:
         with open(a.json, "w") as f:
             json.dump([c.as_dict() for c in cells], f, indent=1)

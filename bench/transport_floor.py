@@ -19,7 +19,6 @@ reads.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import itertools
 import json
 import time
@@ -103,12 +102,11 @@ async def _amain(a: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from server.config import settings_from_args
-    from server.runner import event_loop_factory
+    from server.runner import run_on_loop
 
     a = _parser().parse_args(argv)
     # gramserve's own loop (--event-loop among the serve flags), so the floor is the same transport's
-    with asyncio.Runner(loop_factory=event_loop_factory(settings_from_args(a.serve_args).event_loop)) as runner:
-        runner.run(_amain(a))
+    run_on_loop(_amain(a), settings_from_args(a.serve_args))
     return 0
 
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import uvicorn
 
@@ -39,6 +39,8 @@ if TYPE_CHECKING:  # pragma: no cover - vllm_engine imports vLLM, loaded only wh
 __all__ = ["serve_one_process", "serve_api_process", "engine_options", "build_state", "set_engine_environment",
            "freeze_startup_heap", "signals_wait_for_engine_shutdown", "uvicorn_config", "event_loop_factory",
            "run_on_loop"]
+
+T = TypeVar("T")
 
 log = logging.getLogger("gramserve")
 
@@ -273,8 +275,9 @@ def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] |
     return uvloop.new_event_loop
 
 
-def run_on_loop(main: Coroutine[object, object, int], settings: Settings) -> int:
-    """``asyncio.run(main)`` on the loop ``settings.event_loop`` chooses."""
+def run_on_loop(main: Coroutine[object, object, T], settings: Settings) -> T:
+    """``asyncio.run(main)`` on the loop ``settings.event_loop`` chooses (the API processes; the bench's
+    transport floor and engine-alone target, so they run the loop gramserve runs)."""
     with asyncio.Runner(loop_factory=event_loop_factory(settings.event_loop)) as runner:
         return runner.run(main)
 

@@ -213,7 +213,7 @@ class ToolParser(ABC):
     def write_call(self, index: int, name: str, arguments: Mapping[str, JsonValue]) -> str:
         """Call number ``index`` (from 0) of a section: the format's pieces around its arguments."""
         f = self.format
-        return f.call_begin + name + f.name_end + self.write_arguments(arguments) + f.call_end
+        return f.head(name) + self.write_arguments(arguments) + f.call_end
 
     def write_arguments(self, arguments: Mapping[str, JsonValue]) -> str:
         """One call's arguments as the format writes them (JSON here; XML and other styles override)."""

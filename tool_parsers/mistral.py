@@ -25,7 +25,6 @@ vLLM raises on a second ``[TOOL_CALLS]``; a server should not).
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ class PreV11CallFormat(CallFormat):
     def structural_tag(self, tools: Sequence[tuple[str, JsonValue]], *, mode: Literal["auto", "required"],
                        parallel: bool, arguments: Callable[[JsonValue], JsonObject]) -> JsonObject | None:
         calls: list[JsonValue] = [{"type": "sequence", "elements": [
-            {"type": "const_string", "value": self.call_begin + json.dumps(name, ensure_ascii=False)[1:-1] + self.name_end},
+            {"type": "const_string", "value": self.head(name)},
             arguments(schema), {"type": "const_string", "value": self.call_end}]} for name, schema in tools]
         call: JsonValue = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
         more: JsonValue = {"type": "star", "content": {"type": "sequence", "elements": [
