@@ -115,8 +115,9 @@ def test_tokens_of_a_row_and_when_there_are_too_many_to_try() -> None:
     for token in (0, 31, 32, 100, 255):
         row[token // 32] |= _bit(token)
     assert _tokens_of(row) == [0, 31, 32, 100, 255]
-    assert _tokens_of(row, at_most=4) == [0, 31, 32, 100, 255]  # 4 words hold them
-    assert _tokens_of(row, at_most=3) is None
+    assert _tokens_of(row, at_most=5) == [0, 31, 32, 100, 255]
+    assert _tokens_of(row, at_most=4) is None  # more tokens than the caller would try
+    assert _tokens_of(row[:7]) == [0, 31, 32, 100]  # an odd number of words
     from server.engine.budget_grammar import _allows
 
     rng = random.Random(7)
@@ -124,6 +125,7 @@ def test_tokens_of_a_row_and_when_there_are_too_many_to_try() -> None:
         row = torch.tensor([rng.choice([0, -1, 1 << 30, -(1 << 31), rng.randrange(-(1 << 31), 1 << 31)])
                             for _ in range(50)], dtype=torch.int32)
         assert _tokens_of(row) == [t for t in range(32 * 50) if _allows(row, t)]
+        assert _tokens_of(row[1:]) == [t - 32 for t in range(32, 32 * 50) if _allows(row, t)]  # odd, unaligned
     # a 150k-token row with a few bits, as at a choice between structures: only their words are read
     row = torch.zeros(151_936 // 32, dtype=torch.int32)
     chosen = sorted(rng.sample(range(151_936), 9)) + [151_935]
@@ -253,3 +255,64 @@ def test_steps_inside_free_text_skip_the_look_and_change_no_mask(sim, kind):
             for grammar in (skipping, looking):
                 assert grammar.accept_tokens("t", [token])
     assert skipped, "no step was skipped: the test does not reach free text"
+
+
+@pytest.mark.parametrize("kind", ["json", "structural_tag", "llguidance"])
+def test_the_steps_shortcuts_change_no_mask(sim, kind):
+    """Three shortcuts of a step against a grammar that takes none of them, mask for mask on the
+    same tokens: an ending kept (not walked again every few tokens) while the zone is far
+    (``_zone_far``); the rest of what the grammar forced a step ago taken as forced without asking
+    (``_forced_here``); vLLM's bitmask read through a numpy view kept per tensor (``_rows``), here
+    with the two grammars' masks alternating so that the kept view changes every fill. Each
+    shortcut is taken at least once."""
+    import xgrammar as xgr
+
+    from bench.budget_close import simulate
+    from server.engine.budget_plan import XGrammarBytes
+
+    if kind == "structural_tag":
+        fmt = tool_formats()["hermes"]
+        spec = {"type": "structural_tag", "format": tool_call_format(fmt, TOOLS[:2], mode="required", parallel=True)}
+        closers = closers_of(spec, styles=[fmt.arguments_style])
+    schema = SCHEMAS["required nested"]
+
+    def make(budget: int):
+        if kind == "llguidance":
+            return sim.guidance_grammar(schema, max_tokens=budget)
+        if kind == "json":
+            return sim.grammar("json", schema, max_tokens=budget)
+        return sim.grammar("structural_tag", spec, max_tokens=budget, closers=closers)
+
+    taken = {"kept": 0, "forced": 0}
+    for budget in (32, 64, 128):
+        run = simulate(sim, make(budget), max_tokens=budget, rng=random.Random(budget), p_stop=0.0)
+        short, plain = make(budget), make(budget)
+        plain._zone_far = lambda: False
+
+        def asked(g=plain) -> bool:
+            matcher = getattr(g.inner, "matcher", None)
+            return bool((XGrammarBytes(matcher) if matcher is not None else g._work()).forced())
+
+        plain._forced_here = asked
+        far, forced_here = short._zone_far, short._forced_here
+
+        def counted_far(g=short, far=far) -> bool:
+            is_far = far()
+            taken["kept"] += is_far and g.taken - g._walked_at > 8
+            return is_far
+
+        def counted_forced(g=short, forced_here=forced_here) -> bool:
+            written = sim.token_bytes[g._last_token] if g._last_token is not None else b""
+            taken["forced"] += (g._forced_at == g.taken - 1 and 0 < len(written) < len(g._forced)
+                                and g._forced.startswith(written))  # (the rest of a forced string)
+            return forced_here()
+
+        short._zone_far, short._forced_here = counted_far, counted_forced
+        for step, token in enumerate(run.tokens):
+            masks = [xgr.allocate_token_bitmask(1, sim.vocab_size) for _ in range(2)]  # new tensors each step
+            for grammar, mask in zip((short, plain), masks, strict=True):
+                grammar.fill_bitmask(mask, 0)
+            assert bool((masks[0] == masks[1]).all()), (kind, budget, step)
+            for grammar in (short, plain):
+                assert grammar.accept_tokens("t", [token])
+    assert taken["kept"] and taken["forced"], taken
