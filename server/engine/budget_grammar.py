@@ -34,7 +34,15 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 
-from server.engine.budget_plan import PROBE, BudgetHeader, GuidanceBytes, Vocab, XGrammarBytes, shortest_completion
+from server.engine.budget_plan import (
+    PROBE,
+    BudgetHeader,
+    GuidanceBytes,
+    Vocab,
+    XGrammarBytes,
+    leaves_free_text,
+    shortest_completion,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -231,6 +239,7 @@ class BudgetGrammar:
         self._last_token: int | None = None
         self._copy: _Matcher | None = None  # this step's copy of the matcher (see _work)
         self._in_text = False  # the last look found the answer inside free text, far from the zone
+        self._quoted = False  # ... and a quote leaves that text (a string's content)
         self._zone = 0  # the zone's edge at the last look (tokens left)
         self._closer_bytes = frozenset(b"".join(c.encode() for c in header.closers))
         self._forced = b""  # what the grammar forced at the last look (see _forced_here), and when
@@ -368,8 +377,11 @@ class BudgetGrammar:
     def _still_in_text(self) -> bool:
         """Whether this step would only find what the last look found: the answer inside free text
         (a string's content, a think block) with the zone far, and every token since then inert
-        (printable ASCII, no structure byte, no byte of a closer), which can neither leave the text
-        nor end inside a character. Such text leaves the ending as it was (its content does not
+        (printable ASCII, no structure byte, and outside a quoted string no byte of a closer), which
+        can neither leave the text nor end inside a character. (Inside a string a quote leaves, no
+        inert token does: the quote and the backslash are structure bytes. The closers matter in
+        other free text, a think block or an XML value, and a call's marker may be spelled in
+        letters; a hermes call's own opener ends with a space.) Such text leaves the ending as it was (its content does not
         lengthen what closes it), so the step's look would find free text again and steer nothing.
         (A pattern that counts characters could lengthen it by a few; the zone's margin of at
         least :data:`ZONE` tokens covers that until the next look.)
@@ -378,7 +390,8 @@ class BudgetGrammar:
         if not self._in_text or self._last_token is None or self.taken - self._looked_at > _REWALK_EVERY:
             return False
         token, inert = self._last_token, self.tables.inert
-        if token >= len(inert) or not inert[token] or self._closer_bytes.intersection(self.tables.token_bytes[token]) \
+        if token >= len(inert) or not inert[token] \
+                or (not self._quoted and self._closer_bytes.intersection(self.tables.token_bytes[token])) \
                 or self.header.max_tokens - self.taken <= self._zone:
             self._in_text = False
             return False
@@ -450,6 +463,7 @@ class BudgetGrammar:
             return
         if self._takes_probe(row):
             self._in_text = True
+            self._quoted = ending[:1] == b'"' and leaves_free_text(self._work(), b'"')
             return
         token_bytes = self.tables.token_bytes
         known = [ending] if ending else []

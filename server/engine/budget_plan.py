@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUDGET_PREFIX", "ORDER", "PROBE", "STYLE_CLOSERS", "BudgetHeader", "ByteMatcher", "GuidanceBytes", "Vocab",
            "XGrammarBytes",
-           "closers_of", "shortest_completion", "split_budget_spec"]
+           "closers_of", "leaves_free_text", "shortest_completion", "split_budget_spec"]
 
 #: A byte string that free text (JSON string content, a think block, an XML value) takes and
 #: JSON structure never does: while the matcher takes it, the walk is inside free text.
@@ -321,6 +321,12 @@ class GuidanceBytes(_Steps):
 
 def _free(m: ByteMatcher) -> bool:
     return m.takes(PROBE)
+
+
+def leaves_free_text(m: ByteMatcher, closer: bytes) -> bool:
+    """Whether ``closer`` (and what it forces) takes ``m`` out of the free text it is in (a quote out of a
+    string's content); ``m`` is left as it was."""
+    return _closes(m, closer, ends=False)
 
 
 def _closes(m: ByteMatcher, closer: bytes, *, ends: bool) -> bool:
