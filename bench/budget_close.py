@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Sim", "Simulated", "floor_tokens", "guidance_runs", "json_runs", "simulate", "tool_runs"]
+__all__ = ["Sim", "Simulated", "floor_tokens", "guidance_runs", "json_runs", "simulate", "string_runs", "tool_runs"]
 
 
 @dataclass
@@ -196,6 +196,30 @@ def tool_runs(sim: Sim, family: str, tools: list[tuple[str, Any]]) -> Iterator[t
                                max_tokens=budget, rng=random.Random(budget), p_stop=0.05)
 
 
+#: Bytes a word written inside a string's content never holds (structure, quotes, escapes, markers).
+_NOT_IN_WORDS = frozenset(b'"\\<>{}[],:|')
+
+
+def string_runs(sim: Sim, family: str) -> Iterator[tuple[int, Simulated]]:
+    """A required call in ``family``'s format whose one string argument is written in ASCII words
+    until the budget closes it: the steps inside a string's content (a real model's long argument)."""
+    from server.engine.budget_plan import closers_of
+    from server.structured.tool_grammar import tool_call_format, tool_formats
+
+    fmt = tool_formats()[family]
+    note = ("note", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    tag = {"type": "structural_tag", "format": tool_call_format(fmt, [note], mode="required", parallel=True)}
+    closers = closers_of(tag, styles=[fmt.arguments_style])
+
+    def word(choices: list[int], rng: random.Random) -> int:
+        words = [t for t in choices if (b := sim.token_bytes[t]).strip() and b.isascii() and not _NOT_IN_WORDS & set(b)]
+        return rng.choice(words or choices)
+
+    for budget in (128, 256):
+        yield budget, simulate(sim, sim.grammar("structural_tag", tag, max_tokens=budget, closers=closers),
+                               max_tokens=budget, rng=random.Random(budget), p_stop=0.0, pick=word)
+
+
 def guidance_runs(sim: Sim, sent: Any) -> Iterator[tuple[int, Simulated]]:
     """An llguidance JSON schema's answers at four budgets from its shortest answer."""
     floor = floor_tokens(sim, sim.guidance_grammar(sent, max_tokens=None))
@@ -211,7 +235,8 @@ def _sweep(sim: Sim) -> dict[str, Any]:
 
     runs = {"json": [json_runs(sim, sent) for _, sent in xgrammar_cases().values()],
             "tools": [tool_runs(sim, family, TOOLS[:2]) for family in sorted(tool_formats())],
-            "llguidance": [guidance_runs(sim, sent) for _, sent in guidance_cases().values()]}
+            "llguidance": [guidance_runs(sim, sent) for _, sent in guidance_cases().values()],
+            "strings": [string_runs(sim, family) for family in ("hermes", "qwen3_coder")]}
     digest = hashlib.sha256()
     seconds: dict[str, float] = {}
     for kind, sweeps in runs.items():
@@ -234,13 +259,13 @@ def _sweep_trees(trees: list[str], rounds: int) -> None:
                 results[tree].append(json.load(f))
     print("seconds in fill_bitmask over the unit tests' budget sweeps (SmolLM2 vocabulary), best of"
           f" {rounds}; the digest is of every token written")
-    print("| tree | json | tools | llguidance | all | tokens digest |")
-    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    print("| tree | json | tools | llguidance | strings | all | tokens digest |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
     for tree, got in results.items():
         best = {kind: min(r["seconds"][kind] for r in got) for kind in got[0]["seconds"]}
         digests = sorted({r["digest"] for r in got})
         print(f"| {tree} | {best['json']:.2f} | {best['tools']:.2f} | {best['llguidance']:.2f} "
-              f"| {sum(best.values()):.2f} | {', '.join(digests)} |")
+              f"| {best['strings']:.2f} | {sum(best.values()):.2f} | {', '.join(digests)} |")
 
 
 def main(argv: list[str] | None = None) -> None:
