@@ -463,7 +463,8 @@ class BudgetGrammar:
             return
         if self._takes_probe(row):
             self._in_text = True
-            self._quoted = ending[:1] == b'"' and leaves_free_text(self._work(), b'"')
+            # (only asked where the closers' bytes would matter: a JSON answer has no closers)
+            self._quoted = bool(self._closer_bytes) and ending[:1] == b'"' and leaves_free_text(self._work(), b'"')
             return
         token_bytes = self.tables.token_bytes
         known = [ending] if ending else []
