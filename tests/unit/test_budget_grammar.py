@@ -207,6 +207,24 @@ def test_steering_copies_the_live_matcher_once_a_step_and_tries_nothing_on_it(si
         assert watched.trials == [], budget
 
 
+def _maker(sim, kind: str, schema, *, family: str, tools):
+    """``make(budget)``: a budgeted grammar for ``schema`` (``kind`` json or llguidance), else for
+    required calls to ``tools`` in ``family``'s format."""
+    if kind not in ("json", "llguidance"):
+        fmt = tool_formats()[family]
+        spec = {"type": "structural_tag", "format": tool_call_format(fmt, tools, mode="required", parallel=True)}
+        closers = closers_of(spec, styles=[fmt.arguments_style])
+
+    def make(budget: int):
+        if kind == "llguidance":
+            return sim.guidance_grammar(schema, max_tokens=budget)
+        if kind == "json":
+            return sim.grammar("json", schema, max_tokens=budget)
+        return sim.grammar("structural_tag", spec, max_tokens=budget, closers=closers)
+
+    return make
+
+
 @pytest.mark.parametrize("kind", ["json", "qwen3_coder", "hermes", "llguidance"])
 def test_steps_inside_free_text_skip_the_look_and_change_no_mask(sim, kind):
     """A step after an inert token inside free text is not looked at (``_still_in_text``): the
@@ -217,20 +235,8 @@ def test_steps_inside_free_text_skip_the_look_and_change_no_mask(sim, kind):
 
     from bench.budget_close import simulate
 
-    schema = SCHEMAS["long strings"]
-    if kind in ("qwen3_coder", "hermes"):
-        fmt = tool_formats()[kind]
-        note = ("note", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
-        spec = {"type": "structural_tag", "format": tool_call_format(fmt, [note], mode="required", parallel=True)}
-        closers = closers_of(spec, styles=[fmt.arguments_style])
-
-    def make(budget: int):
-        if kind == "llguidance":
-            return sim.guidance_grammar(schema, max_tokens=budget)
-        if kind == "json":
-            return sim.grammar("json", schema, max_tokens=budget)
-        return sim.grammar("structural_tag", spec, max_tokens=budget, closers=closers)
-
+    note = ("note", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    make = _maker(sim, kind, SCHEMAS["long strings"], family=kind, tools=[note])
     skipped = lettered = 0
     for budget in (48, 96):
         run = simulate(sim, make(budget), max_tokens=budget, rng=random.Random(budget), p_stop=0.0,
@@ -274,19 +280,7 @@ def test_the_steps_shortcuts_change_no_mask(sim, kind):
     from bench.budget_close import simulate
     from server.engine.budget_plan import XGrammarBytes
 
-    if kind == "structural_tag":
-        fmt = tool_formats()["hermes"]
-        spec = {"type": "structural_tag", "format": tool_call_format(fmt, TOOLS[:2], mode="required", parallel=True)}
-        closers = closers_of(spec, styles=[fmt.arguments_style])
-    schema = SCHEMAS["required nested"]
-
-    def make(budget: int):
-        if kind == "llguidance":
-            return sim.guidance_grammar(schema, max_tokens=budget)
-        if kind == "json":
-            return sim.grammar("json", schema, max_tokens=budget)
-        return sim.grammar("structural_tag", spec, max_tokens=budget, closers=closers)
-
+    make = _maker(sim, kind, SCHEMAS["required nested"], family="hermes", tools=TOOLS[:2])
     taken = {"kept": 0, "forced": 0}
     for budget in (32, 64, 128):
         run = simulate(sim, make(budget), max_tokens=budget, rng=random.Random(budget), p_stop=0.0)
