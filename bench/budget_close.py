@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Sim", "Simulated", "floor_tokens", "guidance_runs", "json_runs", "simulate", "string_runs", "tool_runs"]
+__all__ = ["NOTE_TOOL", "Sim", "Simulated", "floor_tokens", "guidance_runs", "json_runs", "required_calls", "simulate",
+           "string_runs", "tool_runs"]
 
 
 @dataclass
@@ -182,14 +183,23 @@ def json_runs(sim: Sim, sent: Any) -> Iterator[tuple[int, Simulated]]:
                                rng=random.Random(budget), p_stop=0.02)
 
 
-def tool_runs(sim: Sim, family: str, tools: list[tuple[str, Any]]) -> Iterator[tuple[int, Simulated]]:
-    """Parallel required calls in ``family``'s format, at budgets from the shortest call upwards."""
+def required_calls(family: str, tools: list[tuple[str, Any]]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The structural tag of parallel required calls to ``tools`` in ``family``'s format, and its closers."""
     from server.engine.budget_plan import closers_of
     from server.structured.tool_grammar import tool_call_format, tool_formats
 
     fmt = tool_formats()[family]
     tag = {"type": "structural_tag", "format": tool_call_format(fmt, tools, mode="required", parallel=True)}
-    closers = closers_of(tag, styles=[fmt.arguments_style])
+    return tag, closers_of(tag, styles=[fmt.arguments_style])
+
+
+#: A tool with one free string argument (the strings sweep and the unit tests' free-text steps).
+NOTE_TOOL = ("note", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+
+
+def tool_runs(sim: Sim, family: str, tools: list[tuple[str, Any]]) -> Iterator[tuple[int, Simulated]]:
+    """Parallel required calls in ``family``'s format, at budgets from the shortest call upwards."""
+    tag, closers = required_calls(family, tools)
     floor = floor_tokens(sim, sim.grammar("structural_tag", tag, max_tokens=None), closers)
     for budget in range(floor, floor + 48, 8):
         yield budget, simulate(sim, sim.grammar("structural_tag", tag, max_tokens=budget, closers=closers),
@@ -203,13 +213,7 @@ _NOT_IN_WORDS = frozenset(b'"\\<>{}[],:|')
 def string_runs(sim: Sim, family: str) -> Iterator[tuple[int, Simulated]]:
     """A required call in ``family``'s format whose one string argument is written in ASCII words
     until the budget closes it: the steps inside a string's content (a real model's long argument)."""
-    from server.engine.budget_plan import closers_of
-    from server.structured.tool_grammar import tool_call_format, tool_formats
-
-    fmt = tool_formats()[family]
-    note = ("note", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
-    tag = {"type": "structural_tag", "format": tool_call_format(fmt, [note], mode="required", parallel=True)}
-    closers = closers_of(tag, styles=[fmt.arguments_style])
+    tag, closers = required_calls(family, [NOTE_TOOL])
 
     def word(choices: list[int], rng: random.Random) -> int:
         words = [t for t in choices if (b := sim.token_bytes[t]).strip() and b.isascii() and not _NOT_IN_WORDS & set(b)]

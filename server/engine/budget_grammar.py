@@ -337,7 +337,7 @@ class BudgetGrammar:
         if last is None or self.taken - self._bytes_at != 1 \
                 or (self.taken - self._walked_at > _REWALK_EVERY and not self._zone_far()):
             return None
-        written = self.tables.token_bytes[self._last_token] if self._last_token is not None else b""
+        written = self._written()
         if written and last.startswith(written):
             rest = last[len(written):]
             if self._checked_at == self.taken - 1:
@@ -349,6 +349,11 @@ class BudgetGrammar:
             return None
         self._checked_at = self.taken
         return rest
+
+    def _written(self) -> bytes:
+        """The bytes of the one token written since the last step (b"": several, or none known)."""
+        token = self._last_token
+        return self.tables.token_bytes[token] if token is not None and token < len(self.tables.token_bytes) else b""
 
     def _zone_far(self) -> bool:
         """Whether the zone is too far for a longer-than-needed ending to change what is allowed: it
@@ -500,8 +505,7 @@ class BudgetGrammar:
         Where the token written since the last look spelled the start of what was forced then, the
         rest is forced now (every continuation began with those bytes) and nobody is asked: a call's
         head is forced over many tokens, and XGrammar's look (about 4 µs) was asked at each."""
-        written = self.tables.token_bytes[self._last_token] if self._last_token is not None \
-            and self._last_token < len(self.tables.token_bytes) else b""
+        written = self._written()
         if self._forced_at == self.taken - 1 and written and len(written) < len(self._forced) \
                 and self._forced.startswith(written):
             self._forced, self._forced_at = self._forced[len(written):], self.taken

@@ -210,10 +210,10 @@ def test_steering_copies_the_live_matcher_once_a_step_and_tries_nothing_on_it(si
 def _maker(sim, kind: str, schema, *, family: str, tools):
     """``make(budget)``: a budgeted grammar for ``schema`` (``kind`` json or llguidance), else for
     required calls to ``tools`` in ``family``'s format."""
+    from bench.budget_close import required_calls
+
     if kind not in ("json", "llguidance"):
-        fmt = tool_formats()[family]
-        spec = {"type": "structural_tag", "format": tool_call_format(fmt, tools, mode="required", parallel=True)}
-        closers = closers_of(spec, styles=[fmt.arguments_style])
+        spec, closers = required_calls(family, tools)
 
     def make(budget: int):
         if kind == "llguidance":
@@ -233,10 +233,9 @@ def test_steps_inside_free_text_skip_the_look_and_change_no_mask(sim, kind):
     a JSON string argument, whose call markers (``<tool_call>``...) share letters with any word."""
     import xgrammar as xgr
 
-    from bench.budget_close import simulate
+    from bench.budget_close import NOTE_TOOL, simulate
 
-    note = ("note", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
-    make = _maker(sim, kind, SCHEMAS["long strings"], family=kind, tools=[note])
+    make = _maker(sim, kind, SCHEMAS["long strings"], family=kind, tools=[NOTE_TOOL])
     skipped = lettered = 0
     for budget in (48, 96):
         run = simulate(sim, make(budget), max_tokens=budget, rng=random.Random(budget), p_stop=0.0,
