@@ -106,14 +106,17 @@ def run_stream(base: str, kind: str, body: dict[str, Any], *, timeout: float = 1
 
 
 def generating(base: str) -> tuple[float, float]:
-    """(running, waiting) from the server's gauges: requests in flight, and those with no token yet."""
-    text = httpx.get(base + "/metrics", timeout=10, headers={"Authorization": f"Bearer {API_KEY}"}).text
+    """(running, waiting) from the server's gauges: requests in flight, and those with no token yet.
+    A scrape that fails or lacks either gauge raises (it is not read as zero)."""
+    r = httpx.get(base + "/metrics", timeout=10, headers={"Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 200, f"/metrics answered {r.status_code}: {r.text[:500]}"
     values = {}
-    for line in text.splitlines():
+    for line in r.text.splitlines():
         name, _, value = line.partition(" ")
         if name in ("gramserve_requests_running", "gramserve_requests_waiting"):
             values[name] = float(value)
-    return values.get("gramserve_requests_running", 0.0), values.get("gramserve_requests_waiting", 0.0)
+    assert len(values) == 2, f"/metrics lacks the request gauges: {sorted(values)}"
+    return values["gramserve_requests_running"], values["gramserve_requests_waiting"]
 
 
 def run_many(base: str, bodies: list[tuple[str, dict[str, Any]]], *, workers: int) -> list[StreamResult]:

@@ -39,31 +39,49 @@ def test_capped_load_then_sigterm_cuts_with_errors_and_exit_4() -> None:
                 "messages": [{"role": "user", "content": "Write a very long story."}]}
         streams: list[StreamResult] = []
         non_streamed: list[httpx.Response] = []
+        failures: list[str] = []  # a client thread's exception, kept for the failure message
 
         started = [threading.Event() for _ in range(4)]
 
         def stream(i: int) -> None:
-            streams.append(run_stream(srv.base, "plain", long, timeout=120, started=started[i]))
+            try:
+                streams.append(run_stream(srv.base, "plain", long, timeout=120, started=started[i]))
+            except Exception as exc:  # noqa: BLE001 - reported by the assertions below
+                failures.append(f"stream {i}: {exc!r}")
 
         def plain() -> None:
-            with httpx.Client(base_url=srv.base, timeout=120, headers={"Authorization": f"Bearer {API_KEY}"}) as c:
-                non_streamed.append(c.post("/v1/chat/completions", json={**long, "stream": False}))
+            try:
+                with httpx.Client(base_url=srv.base, timeout=120, headers={"Authorization": f"Bearer {API_KEY}"}) as c:
+                    non_streamed.append(c.post("/v1/chat/completions", json={**long, "stream": False}))
+            except Exception as exc:  # noqa: BLE001 - reported by the assertions below
+                failures.append(f"non-streamed: {exc!r}")
 
         threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)] + [threading.Thread(target=plain)]
         for t in threads:
             t.start()
         # SIGTERM only once all five are generating: the streams have text, and no request waits
         # for its first token (1500 tokens each take far longer than the 3 s drain limit).
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (all(e.is_set() for e in started) and generating(srv.base) == (5, 0)):
+        t0 = time.monotonic()
+        readings: list[tuple[float, tuple[float, float], int]] = []  # each change: (s, gauges, streams with text)
+        while time.monotonic() < t0 + 120:
+            gauges, with_text = generating(srv.base), sum(e.is_set() for e in started)
+            if not readings or readings[-1][1:] != (gauges, with_text):
+                readings.append((round(time.monotonic() - t0, 1), gauges, with_text))
+            if with_text == 4 and gauges == (5, 0):
+                break
             time.sleep(0.1)
-        assert all(e.is_set() for e in started) and generating(srv.base) == (5, 0), "the five requests never all ran"
+        else:
+            pytest.fail(f"the five requests never all ran: (s, (running, waiting), streams with text) {readings}; "
+                        f"ended streams {[(s.done, s.finish, s.error, len(s.content)) for s in streams]}; "
+                        f"non-streamed {[(r.status_code, r.text[:300]) for r in non_streamed]}; "
+                        f"client errors {failures}; server log:\n{srv.tail(80)}")
         srv.proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(120)
         code = srv.proc.wait(60)
         print(f"[sigterm under load] exit {code}; streams: {[(s.done, (s.error or {}).get('code')) for s in streams]}; "
               f"non-streamed: {[r.status_code for r in non_streamed]}")
+        assert not failures, failures
         assert len(streams) == 4 and all(s.done and s.error and s.error["code"] == "server_shutdown" for s in streams)
         assert all(s.content for s in streams), "the streams were cut mid-answer, after some text"
         assert len(non_streamed) == 1

@@ -444,6 +444,19 @@ def test_metrics_brings_the_engines_metrics_up_to_date_before_each_read(make_app
     assert b.engine.metrics_flushes == 2
 
 
+def test_metrics_still_answers_when_the_engines_metrics_fail_to_record(make_app, monkeypatch, caplog):
+    b = make_app()
+
+    def broken() -> None:
+        raise RuntimeError("stats of an unknown shape")
+
+    monkeypatch.setattr(b.engine, "flush_metrics", broken)
+    r = b.client().get("/metrics")
+    assert r.status_code == 200
+    assert re.search(r"^gramserve_requests_running \S+$", r.text, re.M)
+    assert "could not be brought up to date" in caplog.text and "stats of an unknown shape" in caplog.text
+
+
 def test_metrics_unknown_paths_bounded_label(make_app):
     c = make_app().client()
     c.get("/no/such/path/12345")

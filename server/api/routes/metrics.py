@@ -6,6 +6,7 @@ one view, whichever process the scrape lands on.
 """
 from __future__ import annotations
 
+import logging
 import os
 
 from fastapi import APIRouter, Request
@@ -15,11 +16,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 __all__ = ["router"]
 
 router = APIRouter()
+log = logging.getLogger("gramserve.metrics")
 
 
 @router.get("/metrics")
 async def prometheus_metrics(request: Request) -> Response:
-    request.app.state.gs.engine.flush_metrics()  # the engine's metrics may wait for the read
+    try:
+        request.app.state.gs.engine.flush_metrics()  # the engine's metrics may wait for the read
+    except Exception:  # noqa: BLE001 - vLLM's stats failing to record must not take gramserve's own metrics with them
+        log.exception("the engine's metrics could not be brought up to date; serving the rest")
     return Response(generate_latest(_registry()), media_type=CONTENT_TYPE_LATEST)
 
 
