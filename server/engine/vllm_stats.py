@@ -21,6 +21,7 @@ checked here (``tests/unit/test_vllm_stats.py`` compares the two ways metric by 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 _Stats = TypeVar("_Stats", bound="DataclassInstance")  # one of vLLM's stats dataclasses
 
 __all__ = ["CoalescingStatLogger", "MAX_PENDING_STEPS", "observe_many"]
+
+log = logging.getLogger("gramserve.engine")
 
 MAX_PENDING_STEPS = 512  # steps kept between reads at most: bounds memory and staleness when nobody scrapes
 
@@ -154,7 +157,11 @@ class CoalescingStatLogger(PrometheusStatLogger):
                 for s, it in steps:
                     super().record(s, it, None, engine_idx)
                 continue
-            self._record_merged(engine_idx, sched, merged, iterations)
+            try:
+                self._record_merged(engine_idx, sched, merged, iterations)
+            except Exception:  # noqa: BLE001 - raised inside vLLM's output handler, it would stop every request
+                log.exception("vLLM's merged engine stats could not be recorded; recording each step from now on")
+                self.coalescing = False
 
     def _record_merged(self, engine_idx: int, sched: SchedulerStats | None, merged: IterationStats | None,
                        iterations: list[IterationStats]) -> None:

@@ -203,3 +203,24 @@ def test_observe_many_matches_observe_one_by_one() -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert a[key] == b[key] or math.isclose(a[key], b[key], rel_tol=1e-12), key
+
+
+def test_a_merged_record_that_fails_is_logged_and_stops_the_merging(vllm_config: Any, monkeypatch: pytest.MonkeyPatch,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """The merge runs inside vLLM's output handler (at the bound, before an unmergeable step): an
+    exception there would stop every request. Logged instead, and later steps go to vLLM's own code."""
+    from vllm.v1.metrics.loggers import PrometheusStatLogger
+
+    from server.engine.vllm_stats import CoalescingStatLogger
+
+    steps = _steps(6, n=20)
+    logger = CoalescingStatLogger(vllm_config, [0])
+    _record(logger, steps[:10])
+    monkeypatch.setattr(CoalescingStatLogger, "_record_merged", lambda self, *a: 1 / 0)
+    logger.flush()  # no exception out of it
+    assert not logger.coalescing and "could not be recorded" in caplog.text and "ZeroDivisionError" in caplog.text
+    calls = []
+    real_record = PrometheusStatLogger.record
+    monkeypatch.setattr(PrometheusStatLogger, "record", lambda self, *a, **k: (calls.append(a), real_record(self, *a, **k)))
+    _record(logger, steps[10:])
+    assert len(calls) == 10 and not logger._pending  # each step recorded at once, none kept
