@@ -6,7 +6,7 @@ from typing import Any
 import httpx
 import psutil
 
-__all__ = ["assert_envelope", "assert_healthy", "rss_bytes", "metric"]
+__all__ = ["assert_envelope", "assert_healthy", "rss_bytes", "metric", "metric_in", "scrape"]
 
 
 def assert_envelope(r: httpx.Response, status: int, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
@@ -42,10 +42,21 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+def scrape(http: httpx.Client) -> str:
+    """The text of /metrics; a scrape that fails raises with the answer (it is never read as zeros)."""
+    r = http.get("/metrics")
+    assert r.status_code == 200, f"/metrics answered {r.status_code}: {r.text[:500]}"
+    return r.text
+
+
+def metric_in(text: str, name: str) -> float:
+    """Sum of a Prometheus metric's samples in a scrape's ``text``; a metric it lacks raises."""
+    values = [float(line.rsplit(" ", 1)[-1]) for line in text.splitlines()
+              if line.startswith(name + " ") or line.startswith(name + "{")]
+    assert values, f"/metrics lacks {name}"
+    return sum(values)
+
+
 def metric(http: httpx.Client, name: str) -> float:
     """Sum of a Prometheus metric's samples on /metrics."""
-    total = 0.0
-    for line in http.get("/metrics").text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.rsplit(" ", 1)[-1])
-    return total
+    return metric_in(scrape(http), name)

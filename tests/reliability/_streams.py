@@ -12,6 +12,8 @@ from jsonschema import Draft202012Validator
 
 from tests.server_process import API_KEY
 
+from ._probe import metric_in, scrape
+
 __all__ = ["StreamResult", "mixed_bodies", "run_stream", "run_many", "generating", "PERSON", "WEATHER_TOOL"]
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"}},
@@ -108,15 +110,9 @@ def run_stream(base: str, kind: str, body: dict[str, Any], *, timeout: float = 1
 def generating(base: str) -> tuple[float, float]:
     """(running, waiting) from the server's gauges: requests in flight, and those with no token yet.
     A scrape that fails or lacks either gauge raises (it is not read as zero)."""
-    r = httpx.get(base + "/metrics", timeout=10, headers={"Authorization": f"Bearer {API_KEY}"})
-    assert r.status_code == 200, f"/metrics answered {r.status_code}: {r.text[:500]}"
-    values = {}
-    for line in r.text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in ("gramserve_requests_running", "gramserve_requests_waiting"):
-            values[name] = float(value)
-    assert len(values) == 2, f"/metrics lacks the request gauges: {sorted(values)}"
-    return values["gramserve_requests_running"], values["gramserve_requests_waiting"]
+    with httpx.Client(base_url=base, timeout=10, headers={"Authorization": f"Bearer {API_KEY}"}) as http:
+        text = scrape(http)
+    return metric_in(text, "gramserve_requests_running"), metric_in(text, "gramserve_requests_waiting")
 
 
 def run_many(base: str, bodies: list[tuple[str, dict[str, Any]]], *, workers: int) -> list[StreamResult]:
