@@ -3,8 +3,9 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from server.api.lean_route import LeanDispatch, LeanRoute
 from server.api.middleware import GatewayMiddleware
 from server.api.routes import chat, completions, health, metrics, models, playground, responses, schemas
 from server.api.routes._body import BodySchemasApp
@@ -16,13 +17,36 @@ __all__ = ["GramserveApp", "create_app"]
 
 
 class GramserveApp(BodySchemasApp):
-    """The FastAPI app, which hands a stream's body messages the server's own ``send``: every
-    middleware (Starlette's error and exception layers, CORS, the gateway) reads only the
-    response start, so each SSE event skips their wrappers (server/api/sse_response.py)."""
+    """The FastAPI app, with two short cuts on the generation routes' hot path:
+
+    - a stream's body messages take the server's own ``send``: every middleware (Starlette's error
+      and exception layers, CORS, the gateway) reads only the response start, so each SSE event
+      skips their wrappers (server/api/sse_response.py);
+    - a POST to a :class:`LeanRoute` goes through the user middleware (the gateway, CORS) straight to
+      :class:`LeanDispatch`, not through Starlette's error and exception layers, FastAPI's exit stack
+      and the router (server/api/lean_route.py). Everything else takes the full stack."""
+
+    _lean: tuple[LeanDispatch, ASGIApp] | None = None
+
+    def _lean_stack(self) -> tuple[LeanDispatch, ASGIApp]:
+        """Built on the first request, like Starlette's own stack, once the middleware is final."""
+        if self._lean is None:
+            dispatch = LeanDispatch((r for r in self.router.routes if isinstance(r, LeanRoute)),
+                                    self.exception_handlers)
+            app: ASGIApp = dispatch
+            for cls, args, kwargs in reversed(self.user_middleware):
+                app = cls(app, *args, **kwargs)
+            self._lean = (dispatch, app)
+        return self._lean
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[BODY_SEND] = send
+            dispatch, stack = self._lean_stack()
+            if dispatch.takes(scope):
+                scope["app"] = self
+                await stack(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
 
