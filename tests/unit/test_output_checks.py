@@ -53,3 +53,32 @@ def test_plain_requests_carry_no_outcome(make_app: Any) -> None:
     b = make_app()
     r = b.client().post("/v1/chat/completions", json={"messages": USER, "max_tokens": 5})
     assert "schema_validated" not in r.json()["choices"][0] and "x-gramserve-schema-validated" not in r.headers
+
+
+def test_a_json_answer_is_checked_without_serialising_its_memoized_schema_again(make_app: Any,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from server.chat import output_checks
+
+    dumps: list[int] = []
+    real = output_checks.schema_validator
+    monkeypatch.setattr(output_checks, "schema_validator", lambda schema: dumps.append(1) or real(schema))
+    b = make_app(script=lambda req: ['{"a": 1}'])
+    for _ in range(3):
+        r = b.client().post("/v1/chat/completions", json={"messages": USER, "max_tokens": 50, "response_format": RF})
+        assert r.json()["choices"][0]["message"]["content"] == '{"a": 1}'
+    assert len(dumps) == 1  # the first request found no validator for the memo's schema object; the others did
+    other = {**SCHEMA, "required": []}
+    r = b.client().post("/v1/chat/completions", json={"messages": USER, "max_tokens": 50, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "p", "schema": other}}})
+    assert r.status_code == 200 and len(dumps) == 2  # another format: its own validator
+
+
+def test_the_shared_validator_is_found_by_identity_only() -> None:
+    from server.chat.output_checks import shared_schema_validator
+
+    a = {"type": "object", "required": ["x"]}
+    b = json.loads(json.dumps(a))  # equal, not the same object
+    va = shared_schema_validator(a)
+    assert shared_schema_validator(a) is va
+    assert not va.is_valid({}) and va.is_valid({"x": 1})
+    assert shared_schema_validator(b).is_valid({"x": 1}) and not shared_schema_validator(b).is_valid({})
