@@ -45,6 +45,7 @@ class GramserveApp(BodySchemasApp):
             dispatch, stack = self._lean_stack()
             if dispatch.takes(scope):
                 scope["app"] = self
+                scope["router"] = self.router  # as Starlette's app and router set them (url_for reads both)
                 await stack(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)

@@ -128,7 +128,8 @@ def test_only_a_post_to_a_lean_route_skips_the_router(make_app: Any, monkeypatch
         await real(self, scope, receive, send)
 
     monkeypatch.setattr(Router, "app", counted)
-    client = make_app().client()
+    built = make_app()
+    client = built.client()
     assert client.post(CHAT, json={"messages": USER}).status_code == 200
     assert client.post("/v1/completions", json={"prompt": "Hi"}).status_code == 200
     assert routed == []
