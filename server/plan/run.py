@@ -184,8 +184,12 @@ class Run:
         self.timer = GenerationTimer()
         self.running: str | None = None  # the engine request in flight (until it ended cleanly)
         self._checker = ToolCallChecker(parser=getattr(state.tool_parser, "name", "none"))
-        # the plan's JSON schema is the constraint memo's object, shared by every request with this format
-        self._memoized = plan.spec.memo_key is not None
+
+    @property
+    def _memo_schema(self) -> bool:
+        """Whether the plan's JSON schema is the constraint memo's object, shared by every request with
+        this format (its validator is then found by identity)."""
+        return self.plan.spec.memo_key is not None
 
     def _chunks(self, prompt: Prompt) -> tuple[AsyncIterator[TokenChunk], contextlib.AbstractContextManager[None]]:
         """One engine request and its error mapping, or two phases when the thinking is capped
@@ -309,7 +313,7 @@ class Run:
         if constraint is None or not constraint.closes:
             return False
         schema = self.plan.json_schema
-        outcome = None if schema is None else validate_json_output(text, schema, finished=True, shared=self._memoized)
+        outcome = None if schema is None else validate_json_output(text, schema, finished=True, shared=self._memo_schema)
         return closed_by_budget(constraint, "length", FinalMessage(reasoning=None, content=text, tool_calls=[]), outcome)
 
     def check(self, choice: Choice) -> tuple[FinalMessage, str | None]:
@@ -323,7 +327,7 @@ class Run:
         if self.plan.json_schema is not None and not final.tool_calls:  # the format governs text answers only
             closes = self.plan.gen.constraint is not None and self.plan.gen.constraint.closes
             outcome = validate_json_output(final.content or "", self.plan.json_schema,
-                                           finished=choice.finish != "length" or closes, shared=self._memoized)
+                                           finished=choice.finish != "length" or closes, shared=self._memo_schema)
             if outcome == "invalid" and choice.finish == "length":
                 outcome = "skipped_length"  # closing did not fit: cut, as without it
         return final, outcome

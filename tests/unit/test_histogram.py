@@ -47,6 +47,12 @@ def test_many_finite_values_are_counted_as_one_by_one(seed: int) -> None:
     _same_as_one_by_one(batches)
 
 
+def test_a_mixed_batch_with_infinity_past_the_last_bound() -> None:
+    rnd = random.Random(4)
+    values = [rnd.choice((0.0, 0.001, 0.5, 1.0, 2.5, 7.0, 1e9, -1.0)) * rnd.random() for _ in range(500)]
+    _same_as_one_by_one([values + [0.005, 0.01, 10.0, float("inf")]])  # on the bounds themselves, and past the last
+
+
 def test_all_in_one_bucket_and_all_past_the_last_bound() -> None:
     _same_as_one_by_one([[0.001] * 40, [99.0] * 40, [10.0] * 20, [0.005] * 20])
 
