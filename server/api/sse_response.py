@@ -9,6 +9,11 @@ event, three coroutine hops and message checks fewer on the hottest path of a st
 added to the app must therefore not change body messages (compression, for one, belongs in front
 of the app, not inside it).
 
+An item of the stream is one write's events, or a run of events (``server.chat.sse.Events``: a chat
+choice's text lane, server/plan/run.py ``TextLane``) that this response iterates itself, one write
+per event, while the generators that yielded it wait: the per-token path of plain text is then the
+engine's chunks, the lane and this loop, and nothing between.
+
 The client's disconnect is watched by one plain asyncio task that cancels the streaming task
 (uvicorn speaks ASGI 2.3, so a send to a closed connection is silently dropped and only
 ``receive`` tells). Starlette's ``StreamingResponse`` does the same with an anyio task group and
@@ -21,9 +26,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import cast
 
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
+
+from server.chat.sse import Events
 
 __all__ = ["BODY_SEND", "SSE_HEADERS", "SSEResponse"]
 
@@ -32,10 +40,12 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # no cac
 
 
 class SSEResponse(StreamingResponse):
-    """``text/event-stream`` of the byte events ``content`` yields (each already framed)."""
+    """``text/event-stream`` of the byte events ``content`` yields (each already framed): an item
+    is one write, or a run of events (``server.chat.sse.Events``) written one by one as they come."""
 
-    def __init__(self, content: AsyncIterator[bytes]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
+    def __init__(self, content: AsyncIterator[Events]) -> None:
+        super().__init__(cast(AsyncIterator[bytes], content), media_type="text/event-stream", headers=SSE_HEADERS)
+        self.events = content
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         task = asyncio.current_task()
@@ -52,11 +62,16 @@ class SSEResponse(StreamingResponse):
 
         watcher = asyncio.create_task(watch())
         body_send = scope.get(BODY_SEND) or send
-        events = self.body_iterator
+        events = self.events
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
             async for event in events:
-                await body_send({"type": "http.response.body", "body": event, "more_body": True})
+                if isinstance(event, bytes):
+                    await body_send({"type": "http.response.body", "body": event, "more_body": True})
+                    continue
+                async with contextlib.aclosing(event) as run:  # a run of events (a text lane): as they come
+                    async for one in run:
+                        await body_send({"type": "http.response.body", "body": one, "more_body": True})
             await body_send({"type": "http.response.body", "body": b"", "more_body": False})
         except asyncio.CancelledError:
             if not gone:

@@ -7,14 +7,17 @@ error after the stream started is sent as one ``data: {"error": ...}`` event bef
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import NotRequired, TypedDict
 
 from server.json_types import JsonObject
 
-__all__ = ["DONE", "ChunkBody", "sse_event", "chunk", "ContentFrames"]
+__all__ = ["DONE", "ChunkBody", "ContentFrames", "Events", "chunk", "each_event", "sse_event"]
 
 DONE = b"data: [DONE]\n\n"
+# An item of an event stream: the events of one write, or a run of single events to write as they
+# come (a choice's text lane, server/plan/run.py ``TextLane``), which the response iterates itself.
+Events = bytes | AsyncGenerator[bytes, None]
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one, not one per event
 
 
@@ -81,3 +84,20 @@ def chunk(
     if usage is not None:
         body["usage"] = usage
     return body
+
+
+async def each_event(stream: AsyncGenerator[Events, None]) -> AsyncGenerator[bytes, None]:
+    """Every write of an event stream in order, the runs' events one by one (``SSEResponse``'s order,
+    for a reader that is not the HTTP response); closing it closes the stream."""
+    try:
+        async for item in stream:
+            if isinstance(item, bytes):
+                yield item
+                continue
+            try:
+                async for event in item:
+                    yield event
+            finally:
+                await item.aclose()
+    finally:
+        await stream.aclose()

@@ -17,13 +17,14 @@ import anyio
 from starlette.types import Receive
 
 from server import metrics
-from server.chat.sse import DONE, sse_event
+from server.chat.sse import DONE, Events, sse_event
 from server.errors import APIError, ClientGone, internal_error
 from server.state import ServerState
 
 __all__ = ["abort_shielded", "guarded_stream", "ClientGone", "unless_disconnected"]
 
 T = TypeVar("T")
+E = TypeVar("E", bound=Events)  # a stream's items: events, or runs of them too (chat)
 
 log = logging.getLogger("gramserve.stream")
 
@@ -32,9 +33,11 @@ def _chat_error(exc: APIError) -> list[bytes]:
     return [sse_event(exc.body()), DONE]
 
 
-async def guarded_stream(events: AsyncIterator[bytes], *, state: ServerState, request_ids: Iterable[str],
-                         on_error: Callable[[APIError], list[bytes]] = _chat_error) -> AsyncIterator[bytes]:
-    """``events``, ended by ``on_error``'s events (chat: an error event and ``[DONE]``) when it fails."""
+async def guarded_stream(events: AsyncIterator[E], *, state: ServerState, request_ids: Iterable[str],
+                         on_error: Callable[[APIError], list[bytes]] = _chat_error) -> AsyncIterator[E | bytes]:
+    """``events``, ended by ``on_error``'s events (chat: an error event and ``[DONE]``) when it fails
+    (a run of events, ``Events``, reports its failure to the stream that yielded it, which raises
+    it here when it resumes)."""
     clean = errored = False
     try:
         async with contextlib.aclosing(events):  # type: ignore[type-var]

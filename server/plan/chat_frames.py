@@ -11,14 +11,14 @@ from collections.abc import AsyncIterator
 from typing import cast
 
 from server.chat.custom_tools import InputStream, custom_input
-from server.chat.sse import DONE, ContentFrames, chunk, sse_event
+from server.chat.sse import DONE, ContentFrames, Events, chunk, sse_event
 from server.chat.stream_guard import guarded_stream
 from server.engine.base import TokenLogprob
 from server.json_types import JsonArray, JsonObject
 from server.messages.message_stream import FinalMessage, FinalToolCall, MessageDelta
 from server.messages.openai_message import assistant_message, call_delta, function_call, opening, text_delta
 from server.plan.build import RequestPlan
-from server.plan.run import Choice, ChoiceUpdate, Run
+from server.plan.run import Choice, ChoiceUpdate, Run, TextLane
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
 from server.structured.budget import CLOSED_BY_BUDGET
@@ -154,12 +154,13 @@ def _delta_bodies(delta: MessageDelta | None, state: ServerState, choice: Choice
     return bodies
 
 
-def chat_stream(state: ServerState, plan: RequestPlan) -> AsyncIterator[bytes]:
-    """SSE stream, framed like OpenAI's: role first, one id, finish chunk, usage, [DONE]."""
+def chat_stream(state: ServerState, plan: RequestPlan) -> AsyncIterator[Events]:
+    """SSE stream, framed like OpenAI's: role first, one id, finish chunk, usage, [DONE]. An item is
+    one write's events, or a run of them to send as they come (``Events``)."""
     return guarded_stream(_chat_events(state, plan), state=state, request_ids=[plan.id])
 
 
-async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[bytes]:
+async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[Events]:
     req = _chat(p)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     run = Run(state, p, streaming=True)
@@ -196,8 +197,8 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[byte
     try:
         async with contextlib.aclosing(run.text_updates() if FAST_PATHS else run.updates()) as updates:
             async for u in updates:
-                if isinstance(u, str):  # the text lane: choice 0's next text, its role already sent
-                    yield fast.content(0, u)
+                if type(u) is TextLane:  # the rest of a choice's text, framed as it comes, its role already sent
+                    yield u.events(fast.content)
                     continue
                 if not isinstance(u, ChoiceUpdate):
                     continue

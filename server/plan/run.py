@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -30,8 +31,8 @@ from server.state import ServerState
 from server.structured.budget import closed_by_budget
 from tool_parsers.base import ToolParser
 
-__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "calls_end_whole", "engine_errors", "grammar_names",
-           "run_engine"]
+__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "TextLane", "Update", "calls_end_whole", "engine_errors",
+           "grammar_names", "run_engine"]
 
 log = logging.getLogger("gramserve.stream")
 
@@ -173,6 +174,60 @@ class PromptStarted:
 Update = ChoiceUpdate | PromptStarted
 
 
+class TextLane:
+    """The per-token path of a streamed choice with nothing to parse (``Run.text_updates``).
+
+    Once the choice has sent its first delta, each further chunk of plain text is fed to its stream
+    and goes out framed, and nothing else happens to it; the run's generator and the framer's wait
+    at this object meanwhile, so the response iterates :meth:`events` straight off the engine's
+    chunks: three generator hops fewer per token (docs/performance.md). The first chunk that does
+    anything more (the finish, logprobs) stops the lane and is handed back as ``pending``, and an
+    engine failure as ``error``, both taken by the run when it resumes, as if the lane had not been.
+    Per request; read by the run once :meth:`events` has ended."""
+
+    __slots__ = ("_chunks", "_choice", "_timer", "pending", "error")
+
+    def __init__(self, chunks: AsyncIterator[TokenChunk], choice: Choice, timer: GenerationTimer) -> None:
+        self._chunks = chunks
+        self._choice = choice
+        self._timer = timer
+        self.pending: TokenChunk | None = None
+        self.error: Exception | None = None
+
+    async def events(self, frame: Callable[[int, str], bytes]) -> AsyncGenerator[bytes, None]:
+        """``frame(index, text)`` of each chunk's text, until the lane stops. The choice's stream and
+        token count are brought up to date once, when it stops: with nothing to parse, the stream
+        fed the lane's text at once holds what it would hold fed chunk by chunk."""
+        ch, timer, clock, batch = self._choice, self._timer, time.perf_counter, GenerationTimer.ITL_BATCH
+        stream, index = ch.stream, ch.index
+        assert stream is not None and ch.unparsed
+        texts: list[str] = []
+        stamps: list[float] = []  # when each chunk with tokens came, and how many (the timer's, in bulk)
+        counts: list[int] = []
+        try:
+            async for c in self._chunks:
+                if c.finish_reason is not None or c.logprobs or c.queue_seconds is not None:
+                    self.pending = c
+                    return
+                if (n := c.num_tokens) > 0:
+                    stamps.append(clock())
+                    counts.append(n)
+                    if len(stamps) >= batch:  # (a scrape sees a running request's latencies as late as without the lane)
+                        timer.on_stamps(stamps, counts)
+                        ch.tokens += sum(counts)
+                        stamps, counts = [], []
+                if text := c.text:  # (an empty chunk sends nothing)
+                    texts.append(text)
+                    yield frame(index, text)
+        except Exception as exc:  # noqa: BLE001 - the run raises it where it maps the engine's errors
+            self.error = exc
+        finally:
+            timer.on_stamps(stamps, counts)
+            ch.tokens += sum(counts)
+            if texts:
+                stream.feed("".join(texts))
+
+
 class Run:
     """One run of a plan: its choices, its timer, and :meth:`updates`, the loop every framer reads."""
 
@@ -200,8 +255,8 @@ class Run:
                 contextlib.nullcontext())
 
     def _text_lane(self) -> MessageStream | None:
-        """The stream of the one choice whose text may go out as it comes (``text_updates``): one prompt,
-        one choice, streamed, no parser to run, no logprobs, no thinking phases; else None."""
+        """The stream of the one choice whose text may take a :class:`TextLane` (``text_updates``): one
+        prompt, one choice, streamed, no parser to run, no logprobs, no thinking phases; else None."""
         ch = self.choices[0]
         plain = (len(self.choices) == 1 and ch.streaming and ch.unparsed and self.plan.reasoning_budget is None
                  and self.plan.gen.sampling.logprobs is None)
@@ -217,18 +272,16 @@ class Run:
         head, a marker being written) makes no update at all, for a framer that would skip it."""
         return cast(AsyncGenerator[Update, None], self._updates(lane=False, quiet=quiet))
 
-    def text_updates(self) -> AsyncGenerator[Update | str, None]:
+    def text_updates(self) -> AsyncGenerator[Update | TextLane, None]:
         """``updates(quiet=True)``, except that where one streamed choice has nothing to parse
-        (``_text_lane``) each chunk after its first delta that does not end it is fed to its stream
-        and yielded as the bare text (a ``str``), without a :class:`ChoiceUpdate`: the update it
-        stands for would carry that text alone as content (the chat framer's per-token path)."""
+        (``_text_lane``), the update with its first delta is followed by a :class:`TextLane`: the rest
+        of its text, chunk by chunk, for the framer to frame and the response to send, with this
+        generator (and the framer's) suspended meanwhile (the chat framer's per-token path)."""
         return self._updates(lane=True, quiet=True)
 
-    async def _updates(self, *, lane: bool, quiet: bool) -> AsyncGenerator[Update | str, None]:
+    async def _updates(self, *, lane: bool, quiet: bool) -> AsyncGenerator[Update | TextLane, None]:
         n = self.plan.request.n
-        timer = self.timer
         text = self._text_lane() if lane else None
-        opened = False  # the lane's choice sent its first delta (the framer opens a choice with it)
         for i, prompt in enumerate(self.plan.prompts):
             yield PromptStarted(i, prompt)
             self.running = prompt.gen.request_id
@@ -237,30 +290,41 @@ class Run:
             with errors:
                 async with contextlib.aclosing(source) as chunks:  # type: ignore[type-var]
                     async for c in chunks:
-                        timer.on_chunk(c)
-                        ch = choices[c.index]
-                        ch.tokens += c.num_tokens
-                        if ch.finish:  # the turn ended at a repeated call: the rest is ignored
+                        u = self._take(choices, c, quiet=quiet)
+                        if u is None:
                             continue
-                        if opened and c.finish_reason is None:
-                            assert text is not None
-                            if text.feed(c.text) is not None:  # (an empty chunk sends nothing)
-                                yield c.text
-                            continue
-                        if quiet and ch.streaming and c.finish_reason is None and not c.logprobs and ch.stream:
-                            delta = ch.stream.feed(c.text)
-                            if delta is None and ch.stream.repeat is None:
-                                continue  # nothing to send for this chunk: no update
-                            u = self._fed(ch, c, delta)
-                        else:
-                            u = self._update(ch, c)
-                        opened = text is not None and (opened or bool(u.deltas))
                         yield u
-                        if ch.finish and all(x.finish for x in choices):
-                            break
+                        ch = u.choice
+                        if ch.finish:
+                            if all(x.finish for x in choices):
+                                break
+                        elif text is not None and u.deltas:  # the lane's choice opened: its text takes the lane
+                            rest = TextLane(chunks, ch, self.timer)
+                            yield rest
+                            if rest.error is not None:
+                                raise rest.error  # (the engine's: mapped here, as from the loop)
+                            if rest.pending is not None and (u := self._take(choices, rest.pending, quiet=quiet)) is not None:
+                                yield u
+                            if ch.finish:
+                                break
             if any(x.stream is not None and x.stream.repeat for x in choices):
                 await self._stop_after_repeat(prompt.gen.request_id)
             self.running = None
+
+    def _take(self, choices: list[Choice], c: TokenChunk, *, quiet: bool) -> ChoiceUpdate | None:
+        """What chunk ``c`` does to its choice: the update, or None when it makes none (its choice ended
+        at a repeated call; ``quiet`` and the chunk sends nothing)."""
+        self.timer.on_chunk(c)
+        ch = choices[c.index]
+        ch.tokens += c.num_tokens
+        if ch.finish:  # the turn ended at a repeated call: the rest is ignored
+            return None
+        if quiet and ch.streaming and c.finish_reason is None and not c.logprobs and ch.stream:
+            delta = ch.stream.feed(c.text)
+            if delta is None and ch.stream.repeat is None:
+                return None  # nothing to send for this chunk: no update
+            return self._fed(ch, c, delta)
+        return self._update(ch, c)
 
     async def _stop_after_repeat(self, request_id: str) -> None:
         """Stop generating what nobody will read. The answer is whole by now (a streamed one may be

@@ -4,6 +4,8 @@ kind of stream: the same requests are streamed with ``FAST_PATHS`` on and off an
 byte for byte (only the random ids and the creation time are masked)."""
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from typing import Any
 
@@ -98,3 +100,99 @@ def test_unparsed_text_skips_the_per_chunk_update(make_app: Any, name: str, lane
     monkeypatch.setattr(chat_frames, "FAST_PATHS", False)
     _stream(make_app, options, script, body)
     assert len(made) == chunks
+
+
+class _DiesInTheLane(list):
+    """An engine script that kills its engine after the fifth piece: inside the text lane."""
+
+    def __init__(self, engine: list[Any], pieces: list[str]) -> None:
+        super().__init__(pieces)
+        self.engine = engine
+
+    def __iter__(self) -> Any:
+        for i, piece in enumerate(list.__iter__(self)):
+            if i == 5:
+                self.engine[0].dead = True
+            yield piece
+
+
+def test_an_engine_failure_inside_the_text_lane_ends_the_stream_as_anywhere(make_app: Any) -> None:
+    """The lane hands the engine's failure back to the run, which maps it as its own loop would: the
+    text sent so far, one error event naming it, ``[DONE]``; the engine marked dead."""
+    ref: list[Any] = []
+    built = make_app(script=lambda req: _DiesInTheLane(ref, list("abcdefgh")))
+    ref.append(built.engine)
+    raw = stream_raw(built.client(), messages=[{"role": "user", "content": "Go."}], max_tokens=50)
+    events = [line[6:] for line in raw.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == "engine_dead" and set(error) == {"message", "type", "param", "code"}
+    text = "".join(c["delta"].get("content") or "" for e in events[:-2] for c in json.loads(e)["choices"])
+    assert text == "abcde" and built.state.engine_dead
+
+
+def test_a_client_leaving_inside_the_text_lane_aborts_its_request(make_app: Any) -> None:
+    """A disconnect while the response sends the lane's events: the engine request is aborted, the
+    disconnect counted, nothing left running, and the stream cut (no end of body)."""
+    from server import metrics
+
+    built = make_app(script=lambda req: ["x"] * 400, delay=0.002)
+    raw = json.dumps({"messages": [{"role": "user", "content": "Go."}], "stream": True, "max_tokens": 400}).encode()
+
+    async def run() -> list[dict[str, Any]]:
+        gone = asyncio.Event()
+        messages = [{"type": "http.request", "body": raw, "more_body": False}]
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+            if sum(m["type"] == "http.response.body" for m in sent) == 10:
+                gone.set()  # the client leaves after ten events: the lane is running
+
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/v1/chat/completions",
+                 "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+                 "headers": [(b"content-type", b"application/json")], "client": ("127.0.0.1", 1),
+                 "server": ("test", 80)}
+        await asyncio.wait_for(built.app(scope, receive, send), 10)
+        return sent
+
+    before = metrics.CLIENT_DISCONNECTS._value.get()
+    sent = asyncio.run(run())
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    assert 10 <= len(bodies) < 400 and not any(m.get("more_body") is False for m in bodies)
+    assert built.engine.aborted == [built.engine.requests[0].request_id]
+    assert metrics.CLIENT_DISCONNECTS._value.get() == before + 1
+    assert not built.state.running and built.state.in_flight == 0
+
+
+def test_the_text_lane_counts_what_the_general_path_counts(make_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tokens (the usage, the completion-token counter) and one latency per token after the first,
+    the same through the lane as through the general path; more chunks than one bulk observation holds."""
+    from server import metrics
+    from server.chat.generation import GenerationTimer
+
+    script = ["x"] * (2 * GenerationTimer.ITL_BATCH + 5) + ["", "yy", ""]
+
+    def counted() -> tuple[float, float, float, bytes]:
+        itl = metrics.ITL.collect()[0]
+        before = [s.value for s in itl.samples if s.name.endswith("_count")][0], metrics.COMPLETION_TOKENS._value.get()
+        ttft = [s.value for s in metrics.TTFT.collect()[0].samples if s.name.endswith("_count")][0]
+        raw = _stream(make_app, {}, script, {"stream_options": {"include_usage": True}})
+        after_itl = [s.value for s in metrics.ITL.collect()[0].samples if s.name.endswith("_count")][0]
+        after_ttft = [s.value for s in metrics.TTFT.collect()[0].samples if s.name.endswith("_count")][0]
+        return after_itl - before[0], metrics.COMPLETION_TOKENS._value.get() - before[1], after_ttft - ttft, raw
+
+    lane = counted()
+    monkeypatch.setattr(chat_frames, "FAST_PATHS", False)
+    general = counted()
+    tokens, timed = len("".join(script)), sum(1 for piece in script if piece)
+    assert lane == general
+    assert lane[:3] == (timed - 1, tokens, 1)  # one latency per chunk with tokens after the first (a TTFT)
+    assert b'"completion_tokens":%d' % tokens in lane[3]

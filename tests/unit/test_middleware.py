@@ -266,6 +266,7 @@ def test_disconnect_aborts_engine_request(make_app):
 
 async def _test_disconnect_aborts_engine_request(make_app):
     from server.plan import build_plan
+    from server.chat.sse import each_event
     from server.plan.chat_frames import chat_stream
     from server.protocol import ChatCompletionRequest
 
@@ -273,7 +274,7 @@ async def _test_disconnect_aborts_engine_request(make_app):
     req = ChatCompletionRequest.model_validate({"messages": USER, "stream": True, "max_tokens": 50})
     prepared = build_plan(b.state, req)
     before = metrics.CLIENT_DISCONNECTS._value.get()
-    gen = chat_stream(b.state, prepared)
+    gen = each_event(chat_stream(b.state, prepared))
     first = await gen.__anext__()
     second = await gen.__anext__()
     # one write per engine chunk: the role and the first text go out together
@@ -290,12 +291,13 @@ def test_finished_stream_does_not_abort(make_app):
 
 async def _test_finished_stream_does_not_abort(make_app):
     from server.plan import build_plan
+    from server.chat.sse import each_event
     from server.plan.chat_frames import chat_stream
     from server.protocol import ChatCompletionRequest
 
     b = make_app()
     req = ChatCompletionRequest.model_validate({"messages": USER, "stream": True, "max_tokens": 50})
-    out = [x async for x in chat_stream(b.state, build_plan(b.state, req))]
+    out = [x async for x in each_event(chat_stream(b.state, build_plan(b.state, req)))]
     assert out[-1].endswith(b"data: [DONE]\n\n")  # with the finish, in one write
     assert b.engine.aborted == []
 

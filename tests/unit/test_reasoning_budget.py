@@ -237,13 +237,14 @@ def test_disconnect_during_answer_aborts_the_request(make_app):
 
     async def run() -> None:
         from server.plan import build_plan
+        from server.chat.sse import each_event
         from server.plan.chat_frames import chat_stream
         from server.protocol import ChatCompletionRequest
 
         req = ChatCompletionRequest.model_validate({"messages": USER, "stream": True, "max_tokens": 100,
                                                     "max_reasoning_tokens": 4})
         p = build_plan(b.state, req)
-        gen = chat_stream(b.state, p)
+        gen = each_event(chat_stream(b.state, p))
         seen = b""
         while b'"content":"x"' not in seen:
             seen += await gen.__anext__()

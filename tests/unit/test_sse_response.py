@@ -124,3 +124,62 @@ def test_a_failing_receive_is_not_a_disconnect() -> None:
 
     asyncio.run(SSEResponse(_events())(_scope(), receive, send))
     assert b"".join(m.get("body", b"") for m in wrapped[1:]) == b"data: a\n\ndata: b\n\n"
+
+
+def test_a_run_of_events_goes_out_one_write_each_and_is_closed_when_the_client_leaves() -> None:
+    """An item that is a run of events (``server.chat.sse.Events``: a text lane) is iterated by the
+    response itself, one body message per event; a disconnect inside it closes the run and the stream."""
+    closed: list[str] = []
+
+    async def run() -> AsyncIterator[bytes]:
+        try:
+            for _ in range(1000):
+                yield b"data: r\n\n"
+                await asyncio.sleep(0.001)
+        finally:
+            closed.append("run")
+
+    async def stream() -> AsyncIterator[Any]:
+        try:
+            yield b"data: a\n\n"
+            yield run()
+            yield b"data: never\n\n"
+        finally:
+            closed.append("stream")
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(0.03)
+        return {"type": "http.disconnect"}
+
+    asyncio.run(SSEResponse(stream())(_scope(), receive, send))
+    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    assert bodies[0] == b"data: a\n\n" and len(bodies) > 2 and set(bodies[1:]) == {b"data: r\n\n"}
+    assert closed == ["run", "stream"]
+
+
+def test_a_finished_run_of_events_is_followed_by_the_rest_of_the_stream() -> None:
+    async def run() -> AsyncIterator[bytes]:
+        yield b"data: r1\n\n"
+        yield b"data: r2\n\n"
+
+    async def stream() -> AsyncIterator[Any]:
+        yield b"data: a\n\n"
+        yield run()
+        yield b"data: z\n\n"
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    asyncio.run(SSEResponse(stream())(_scope(), receive, send))
+    assert [m["body"] for m in sent[1:]] == [b"data: a\n\n", b"data: r1\n\n", b"data: r2\n\n", b"data: z\n\n", b""]
