@@ -7,9 +7,12 @@ no checks, no metrics (what ``bench/transport_floor.py`` is on the live engine).
 no socket: the figures are the apps' own CPU, per request at 1 token and at 128 tokens, so a
 route's per-request cost and its per-token cost read apart. Machines here are noisy: the table is
 the best of ``--rounds`` runs, and ``--trees`` puts several checkouts side by side, each run in
-its own process, alternating.
+its own process, alternating (this driver, each tree's app). ``--apis`` sends the real app's
+requests to ``/v1/completions`` or ``/v1/responses`` too (the same prompt and script; the bare
+app's rows stay chat's, the floor).
 
-    python -m bench.route_cost [--workloads plain,tools,short_calls] [--rounds 3] [--trees /tmp/base,.]
+    python -m bench.route_cost [--workloads plain,tools,short_calls] [--apis chat,completions,responses]
+                               [--rounds 3] [--trees /tmp/base,.]
 """
 from __future__ import annotations
 
@@ -51,8 +54,10 @@ class BareApp:
         await send({"type": "http.response.body", "body": usage + DONE, "more_body": False})
 
 
-def _scope(raw: bytes) -> dict[str, Any]:
-    path = "/v1/chat/completions"
+PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions", "responses": "/v1/responses"}
+
+
+def _scope(raw: bytes, path: str = PATHS["chat"]) -> dict[str, Any]:
     return {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
             "root_path": "", "headers": [(b"content-type", b"application/json"),
@@ -60,11 +65,11 @@ def _scope(raw: bytes) -> dict[str, Any]:
             "client": ("127.0.0.1", 1), "server": ("bench", 80)}
 
 
-async def drive(app: Any, body: dict[str, Any], *, requests: int, concurrency: int) -> float:
-    """CPU seconds per request for ``requests`` streamed requests, ``concurrency`` at a time
-    (after one warm round)."""
+async def drive(app: Any, body: dict[str, Any], *, requests: int, concurrency: int, path: str = PATHS["chat"]) -> float:
+    """CPU seconds per request for ``requests`` streamed requests to ``path``, ``concurrency`` at a
+    time (after one warm round)."""
     raw = json.dumps(body).encode()
-    scope = _scope(raw)
+    scope = _scope(raw, path)
 
     async def one() -> None:
         messages = [{"type": "http.request", "body": raw, "more_body": False}]
@@ -76,7 +81,8 @@ async def drive(app: Any, body: dict[str, Any], *, requests: int, concurrency: i
             return {"type": "http.disconnect"}
 
         async def send(message: dict[str, Any]) -> None:
-            pass
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                raise RuntimeError(f"{path} answered {message['status']}: the figures would not be a stream's")
 
         await app(dict(scope), receive, send)
 
@@ -90,41 +96,57 @@ async def drive(app: Any, body: dict[str, Any], *, requests: int, concurrency: i
     return (time.process_time() - t0) / (requests // concurrency * concurrency)
 
 
-def measure(workload: str, n: int, *, requests: int = 256, concurrency: int = 16) -> dict[str, float]:
-    """CPU microseconds per request of the real app and of :class:`BareApp` for ``n``-token answers."""
-    from bench.stream_cost import WEATHER, _app
+def _body(api: str, workload: str) -> dict[str, Any]:
+    from bench.stream_cost import WEATHER
 
-    app = _app(workload, n)
-    body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 1 << 20,
-                            "stream_options": {"include_usage": True}}
+    usage = {"stream_options": {"include_usage": True}}
+    if api == "completions":
+        return {"prompt": "hi", "stream": True, "max_tokens": 1 << 20, **usage}
+    if api == "responses":  # (a Responses tool is flat: its name beside its type)
+        tools = [{"type": "function", **WEATHER["function"]}]
+        return {"input": "hi", "stream": True, "max_output_tokens": 1 << 20,
+                **({"tools": tools, "tool_choice": "auto"} if workload != "plain" else {})}
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "hi"}], "stream": True, "max_tokens": 1 << 20, **usage}
     if workload != "plain":  # tools, short_calls (bench.stream_cost.WORKLOADS)
         body.update(tools=[WEATHER], tool_choice="auto")
-    return {name: asyncio.run(drive(a, body, requests=requests, concurrency=concurrency)) * 1e6
-            for name, a in (("gramserve", app), ("bare", BareApp(app.state.gs)))}
+    return body
 
 
-def _one_tree(workloads: list[str]) -> dict[str, dict[str, float]]:
-    return {f"{w} {n}": measure(w, n) for w in workloads for n in LENGTHS}
+def measure(workload: str, n: int, *, api: str = "chat", requests: int = 256, concurrency: int = 16) -> dict[str, float]:
+    """CPU microseconds per request of the real app (its ``api`` route) and of :class:`BareApp` (chat)
+    for ``n``-token answers."""
+    from bench.stream_cost import _app
+
+    app = _app(workload, n)
+    real = asyncio.run(drive(app, _body(api, workload), requests=requests, concurrency=concurrency, path=PATHS[api]))
+    bare = asyncio.run(drive(BareApp(app.state.gs), _body("chat", workload), requests=requests, concurrency=concurrency))
+    return {"gramserve": real * 1e6, "bare": bare * 1e6}
+
+
+def _one_tree(workloads: list[str], apis: list[str]) -> dict[str, dict[str, float]]:
+    return {f"{w} {api} {n}": measure(w, n, api=api) for w in workloads for api in apis for n in LENGTHS}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workloads", default="plain,tools")
+    ap.add_argument("--apis", default="chat", help="comma-separated, from " + ",".join(PATHS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--trees", default=".", help="comma-separated checkouts, each measured in its own process")
     ap.add_argument("--json-out", help=argparse.SUPPRESS)  # a child's answer
     a = ap.parse_args(argv)
-    workloads = a.workloads.split(",")
+    workloads, apis = a.workloads.split(","), a.apis.split(",")
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump(_one_tree(workloads), f)
+            json.dump(_one_tree(workloads, apis), f)
         return
     best: dict[str, dict[str, dict[str, float]]] = {}
     for _ in range(a.rounds):
         for tree in a.trees.split(","):
             out = f"/tmp/route_cost_{os.getpid()}.json"
-            subprocess.run([sys.executable, "-m", "bench.route_cost", "--workloads", a.workloads, "--json-out", out],
-                           cwd=tree, check=True, stderr=subprocess.DEVNULL,
+            # this driver (by path) on the tree's app: ``server`` and ``bench``'s helpers from the tree
+            subprocess.run([sys.executable, os.path.abspath(__file__), "--workloads", a.workloads, "--apis", a.apis,
+                            "--json-out", out], cwd=tree, check=True, stderr=subprocess.DEVNULL,
                            env={**os.environ, "PYTHONPATH": os.path.abspath(tree)})
             with open(out) as f:
                 got = json.load(f)
@@ -135,9 +157,13 @@ def main(argv: list[str] | None = None) -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     for tree, cells in best.items():
         for w in workloads:
-            for app in ("gramserve", "bare"):
-                one, long = cells[f"{w} 1"][app], cells[f"{w} 128"][app]
-                print(f"| {tree} | {w} | {app} | {one:.0f} | {long:.0f} | {(long - one) / 127:.2f} |")
+            for api in apis:
+                for app in ("gramserve", "bare"):
+                    if app == "bare" and api != apis[0]:
+                        continue  # (the bare app serves chat only: its row once per workload)
+                    one, long = cells[f"{w} {api} 1"][app], cells[f"{w} {api} 128"][app]
+                    name = app if app == "bare" or api == "chat" else f"{app} {api}"
+                    print(f"| {tree} | {w} | {name} | {one:.0f} | {long:.0f} | {(long - one) / 127:.2f} |")
 
 
 if __name__ == "__main__":

@@ -41,16 +41,21 @@ def sse_event(payload: Mapping[str, object]) -> bytes:
 class ContentFrames:
     """The hot path of a stream, a text delta of one choice, framed from pre-encoded bytes:
     byte for byte ``sse_event(chunk(...))`` of that delta, without building and encoding the
-    whole chunk per token."""
+    whole chunk per token (``object``: ``text_completion`` for the completions API's :meth:`text`)."""
 
-    def __init__(self, *, id: str, created: int, model: str) -> None:
-        head = _ENCODER.encode(chunk(id=id, created=created, model=model, choices=[]))
+    def __init__(self, *, id: str, created: int, model: str, object: str = "chat.completion.chunk") -> None:
+        head = _ENCODER.encode(chunk(id=id, created=created, model=model, choices=[], object=object))
         assert head.endswith(',"choices":[]}')
         self._head = b"data: " + head[: -len("[]}")].encode() + b'[{"index":'
 
     def content(self, index: int, text: str) -> bytes:
         return (self._head + str(index).encode() + b',"delta":{"content":' + _ENCODER.encode(text).encode()
                 + b'},"logprobs":null,"finish_reason":null}]}\n\n')
+
+    def text(self, index: int, text: str) -> bytes:
+        """A completions choice's next text (``object="text_completion"``)."""
+        return (self._head + str(index).encode() + b',"text":' + _ENCODER.encode(text).encode()
+                + b',"logprobs":null,"finish_reason":null}]}\n\n')
 
     def arguments(self, index: int, call: int, text: str) -> bytes:
         """The other per-token event: a fragment of tool call ``call``'s arguments."""

@@ -10,17 +10,21 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
-from server.chat.sse import DONE, chunk, sse_event
+from server.chat.sse import DONE, ContentFrames, Events, chunk, sse_event
 from server.chat.stream_guard import guarded_stream
 from server.engine.base import TokenLogprob
 from server.json_types import JsonArray, JsonObject
 from server.plan.build import RequestPlan
-from server.plan.run import ChoiceUpdate, Run
+from server.plan.run import ChoiceUpdate, Run, TextLane
 from server.protocol import CompletionRequest
 from server.state import ServerState
 from server.structured.budget import CLOSED_BY_BUDGET
 
 __all__ = ["completion_response", "completion_stream"]
+
+# The text lane on (False: every chunk takes the general path; tests compare the two byte for byte,
+# tests/unit/test_completion_frames.py).
+FAST_PATHS = True
 
 
 def _completion(plan: RequestPlan) -> CompletionRequest:
@@ -64,11 +68,11 @@ async def completion_response(state: ServerState, plan: RequestPlan) -> JsonObje
     }
 
 
-def completion_stream(state: ServerState, plan: RequestPlan) -> AsyncIterator[bytes]:
+def completion_stream(state: ServerState, plan: RequestPlan) -> AsyncIterator[Events]:
     return guarded_stream(_completion_events(state, plan), state=state, request_ids=plan.request_ids)
 
 
-async def _completion_events(state: ServerState, plan: RequestPlan) -> AsyncIterator[bytes]:
+async def _completion_events(state: ServerState, plan: RequestPlan) -> AsyncIterator[Events]:
     req = _completion(plan)
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     rid, created, model = plan.id, int(time.time()), state.engine.model_name
@@ -91,8 +95,12 @@ async def _completion_events(state: ServerState, plan: RequestPlan) -> AsyncIter
                                usage=usage)) + DONE
 
     try:
-        async with contextlib.aclosing(run.updates()) as updates:
+        async with contextlib.aclosing(run.text_updates() if FAST_PATHS else run.updates()) as updates:
             async for u in updates:
+                if isinstance(u, TextLane):  # one choice's next texts, framed as they come (empty ones too, as below)
+                    yield u.events(ContentFrames(id=rid, created=created, model=model, object="text_completion").text,
+                                   empty=True)
+                    continue
                 if not isinstance(u, ChoiceUpdate):  # a prompt starts: its echo first (its choices, one write)
                     first = u.index * req.n
                     for j in range(req.n):

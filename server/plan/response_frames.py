@@ -14,16 +14,17 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from server.chat.custom_tools import InputStream, custom_input
+from server.chat.sse import Events
 from server.chat.stream_guard import guarded_stream
 from server.errors import APIError, internal_error
 from server.ids import new_id
 from server.json_types import JsonArray, JsonObject, JsonValue
 from server.messages.message_stream import FinalMessage, ToolCallDelta
 from server.plan.build import RequestPlan, ResponsesPlan
-from server.plan.run import ChoiceUpdate, Run
+from server.plan.run import ChoiceUpdate, Run, TextLane
 from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore, StoredResponse
 from server.responses.translate import input_items, output_messages
@@ -33,6 +34,7 @@ from server.structured.budget import CLOSED_BY_BUDGET
 __all__ = ["response_body", "response_stream"]
 
 QUIET = True  # Run.updates(quiet=...): tests turn it off to compare every event with an update per chunk
+FAST_PATHS = True  # a message's text lane (Run.text_updates, with QUIET): tests compare it with the general path
 
 log = logging.getLogger("gramserve.responses")
 
@@ -155,6 +157,9 @@ async def response_body(state: ServerState, store: ResponseStore,
     return body, headers
 
 
+_JSON_TEXT = json.JSONEncoder(ensure_ascii=False).encode  # a string as _event's json.dumps writes it (one encoder)
+
+
 def _event(kind: str, seq: int, **fields: JsonValue) -> bytes:
     payload = {"type": kind, "sequence_number": seq, **fields}
     data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
@@ -242,6 +247,22 @@ class _Events:
                                  content_index=0, delta=text, logprobs=[]))
         return out
 
+    def text_frame(self) -> Callable[[int, str], bytes]:
+        """A text lane's frame (server/plan/run.py ``TextLane``): :meth:`content`'s one delta event for each
+        next text of the message item already open, byte for byte, from parts encoded once."""
+        assert self.open is not None and self.open["type"] == "message"
+        kind = "response.output_text.delta"
+        head = f'event: {kind}\ndata: {{"type":"{kind}","sequence_number":'.encode()
+        mid = (',"item_id":' + json.dumps(self._open_id(), ensure_ascii=False)
+               + f',"output_index":{self._index()},"content_index":0,"delta":').encode()
+
+        def frame(index: int, text: str) -> bytes:
+            self.text += text
+            seq, self.seq = self.seq, self.seq + 1
+            return head + str(seq).encode() + mid + _JSON_TEXT(text).encode() + b',"logprobs":[]}\n\n'
+
+        return frame
+
     def call(self, call: ToolCallDelta) -> list[bytes]:
         out: list[bytes] = []
         if call.name is not None:  # a new call: its header
@@ -269,7 +290,7 @@ def _custom(plan: RequestPlan) -> frozenset[str]:
     return plan.tool_spec.custom if plan.tool_spec is not None else frozenset()
 
 
-def response_stream(state: ServerState, store: ResponseStore, plan: RequestPlan) -> AsyncIterator[bytes]:
+def response_stream(state: ServerState, store: ResponseStore, plan: RequestPlan) -> AsyncIterator[Events]:
     """The Responses event stream; a failure after the start ends it with ``error`` and ``response.failed``."""
     pr = _responses(plan)
     ev = _Events(_custom(plan))
@@ -284,7 +305,7 @@ def response_stream(state: ServerState, store: ResponseStore, plan: RequestPlan)
     return guarded_stream(_events(state, store, plan, ev), state=state, request_ids=[plan.id], on_error=failed)
 
 
-async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, ev: _Events) -> AsyncIterator[bytes]:
+async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, ev: _Events) -> AsyncIterator[Events]:
     pr = _responses(plan)
     # created and in_progress are ready together: one write (docs/performance.md)
     yield (ev.emit("response.created", response=_response(state, pr, status="in_progress", output=[]))
@@ -307,8 +328,11 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
         return [*out, ev.emit(f"response.{status}", response=body)]
 
     try:
-        async with contextlib.aclosing(run.updates(quiet=QUIET)) as updates:
+        async with contextlib.aclosing(run.text_updates() if FAST_PATHS and QUIET else run.updates(quiet=QUIET)) as updates:
             async for u in updates:
+                if isinstance(u, TextLane):  # the message's next texts, framed as they come
+                    yield u.events(ev.text_frame())
+                    continue
                 if not isinstance(u, ChoiceUpdate):
                     continue
                 out: list[bytes] = []  # one engine chunk's events go out in one write

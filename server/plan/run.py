@@ -126,7 +126,7 @@ class Choice:
         self.index = index  # the API's choice index (completions: prompt * n + choice)
         self.streaming = streaming
         self.stream: MessageStream | None = None
-        self.unparsed = False  # a chat choice whose stream has no parser to run (see below)
+        self.unparsed = True  # nothing to parse: a completions choice, a chat choice with no parser to run (below)
         self.legacy = False
         self.custom: frozenset[str] = frozenset()
         if isinstance(req, ChatCompletionRequest):
@@ -185,22 +185,25 @@ class TextLane:
     engine failure as ``error``, both taken by the run when it resumes, as if the lane had not been.
     Per request; read by the run once :meth:`events` has ended."""
 
-    __slots__ = ("_chunks", "_choice", "_timer", "pending", "error")
+    __slots__ = ("_chunks", "_choice", "_timer", "_keep_text", "pending", "error")
 
-    def __init__(self, chunks: AsyncIterator[TokenChunk], choice: Choice, timer: GenerationTimer) -> None:
+    def __init__(self, chunks: AsyncIterator[TokenChunk], choice: Choice, timer: GenerationTimer, *,
+                 keep_text: bool) -> None:
         self._chunks = chunks
         self._choice = choice
         self._timer = timer
+        self._keep_text = keep_text  # a completions choice keeps its text (``Choice.text``), as ``Run._update`` does
         self.pending: TokenChunk | None = None
         self.error: Exception | None = None
 
-    async def events(self, frame: Callable[[int, str], bytes]) -> AsyncGenerator[bytes, None]:
-        """``frame(index, text)`` of each chunk's text, until the lane stops. The choice's stream and
-        token count are brought up to date once, when it stops: with nothing to parse, the stream
-        fed the lane's text at once holds what it would hold fed chunk by chunk."""
+    async def events(self, frame: Callable[[int, str], bytes], *, empty: bool = False) -> AsyncGenerator[bytes, None]:
+        """``frame(index, text)`` of each chunk's text (``empty``: of an empty one too, where the framer
+        sends those), until the lane stops. The choice's stream (or text) and token count are brought up
+        to date once, when it stops: with nothing to parse, the stream fed the lane's text at once holds
+        what it would hold fed chunk by chunk."""
         ch, timer, clock, batch = self._choice, self._timer, time.perf_counter, GenerationTimer.ITL_BATCH
         stream, index = ch.stream, ch.index
-        assert stream is not None and ch.unparsed
+        assert ch.unparsed
         texts: list[str] = []
         stamps: list[float] = []  # when each chunk with tokens came, and how many (the timer's, in bulk)
         counts: list[int] = []
@@ -216,7 +219,7 @@ class TextLane:
                         timer.on_stamps(stamps, counts)
                         ch.tokens += sum(counts)
                         stamps, counts = [], []
-                if text := c.text:  # (an empty chunk sends nothing)
+                if (text := c.text) or empty:  # (chat: an empty chunk sends nothing)
                     texts.append(text)
                     yield frame(index, text)
         except Exception as exc:  # noqa: BLE001 - the run raises it where it maps the engine's errors
@@ -224,8 +227,10 @@ class TextLane:
         finally:
             timer.on_stamps(stamps, counts)
             ch.tokens += sum(counts)
-            if texts:
+            if texts and stream is not None:
                 stream.feed("".join(texts))
+            elif texts and self._keep_text:
+                ch.text += "".join(texts)
 
 
 class Run:
@@ -254,13 +259,12 @@ class Run:
         return (budgeted_chunks(self.state, prompt.gen, self.plan.reasoning_budget, run=run_engine),
                 contextlib.nullcontext())
 
-    def _text_lane(self) -> MessageStream | None:
-        """The stream of the one choice whose text may take a :class:`TextLane` (``text_updates``): one
-        prompt, one choice, streamed, no parser to run, no logprobs, no thinking phases; else None."""
+    def _lane_fits(self) -> bool:
+        """Whether the choice's text may take a :class:`TextLane` (``text_updates``): one prompt, one
+        choice, streamed, nothing to parse, no logprobs, no thinking phases."""
         ch = self.choices[0]
-        plain = (len(self.choices) == 1 and ch.streaming and ch.unparsed and self.plan.reasoning_budget is None
-                 and self.plan.gen.sampling.logprobs is None)
-        return ch.stream if plain else None
+        return (len(self.choices) == 1 and ch.streaming and ch.unparsed and self.plan.reasoning_budget is None
+                and self.plan.gen.sampling.logprobs is None)
 
     def updates(self, *, quiet: bool = False) -> AsyncGenerator[Update, None]:
         """The answer as it is generated: per prompt a :class:`PromptStarted`, then one
@@ -274,14 +278,17 @@ class Run:
 
     def text_updates(self) -> AsyncGenerator[Update | TextLane, None]:
         """``updates(quiet=True)``, except that where one streamed choice has nothing to parse
-        (``_text_lane``), the update with its first delta is followed by a :class:`TextLane`: the rest
+        (``_lane_fits``), the update with its first delta (completions: its first update) is followed by a
+        :class:`TextLane`: the rest
         of its text, chunk by chunk, for the framer to frame and the response to send, with this
         generator (and the framer's) suspended meanwhile (the chat framer's per-token path)."""
         return self._updates(lane=True, quiet=True)
 
     async def _updates(self, *, lane: bool, quiet: bool) -> AsyncGenerator[Update | TextLane, None]:
         n = self.plan.request.n
-        text = self._text_lane() if lane else None
+        lane = lane and self._lane_fits()
+        constraint = self.plan.gen.constraint
+        keep_text = constraint is not None and constraint.closes  # (as ``_update`` keeps a completions choice's)
         for i, prompt in enumerate(self.plan.prompts):
             yield PromptStarted(i, prompt)
             self.running = prompt.gen.request_id
@@ -298,8 +305,8 @@ class Run:
                         if ch.finish:
                             if all(x.finish for x in choices):
                                 break
-                        elif text is not None and u.deltas:  # the lane's choice opened: its text takes the lane
-                            rest = TextLane(chunks, ch, self.timer)
+                        elif lane and (u.deltas or ch.stream is None):  # the choice opened: its text takes the lane
+                            rest = TextLane(chunks, ch, self.timer, keep_text=keep_text)
                             yield rest
                             if rest.error is not None:
                                 raise rest.error  # (the engine's: mapped here, as from the loop)

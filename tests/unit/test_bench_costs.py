@@ -15,11 +15,12 @@ def test_stream_cost_measures_a_whole_stream(workload):
     assert 0 < cost < 100_000  # CPU microseconds per token
 
 
-@pytest.mark.parametrize("workload", ["tools", "short_calls"])
-def test_route_cost_streams_through_both_apps(workload):
+@pytest.mark.parametrize(("workload", "api"), [("tools", "chat"), ("short_calls", "chat"), ("plain", "completions"),
+                                               ("plain", "responses"), ("tools", "responses")])
+def test_route_cost_streams_through_both_apps(workload, api):
     from bench import route_cost
 
-    costs = route_cost.measure(workload, 8, requests=8, concurrency=2)
+    costs = route_cost.measure(workload, 8, api=api, requests=8, concurrency=2)  # (a route's error would raise)
     assert set(costs) == {"gramserve", "bare"} and all(0 < c < 1_000_000 for c in costs.values())  # µs a request
 
 

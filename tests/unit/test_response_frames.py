@@ -1,7 +1,8 @@
 """server/plan/response_frames.py: a streamed chunk that sends nothing (a call's head, a marker being
-written) makes no update (``Run.updates(quiet=True)``), and the Responses events are exactly those of
-an update per chunk: the same requests are streamed with ``QUIET`` on and off and the SSE bodies
-compared byte for byte (only the random ids and the creation time are masked)."""
+written) makes no update (``Run.updates(quiet=True)``), a message with nothing to parse takes the text
+lane (``Run.text_updates``), and the Responses events are exactly those of an update per chunk: the
+same requests are streamed with ``QUIET`` on and off and the SSE bodies compared byte for byte (only
+the random ids and the creation time are masked)."""
 from __future__ import annotations
 
 import re
@@ -17,6 +18,7 @@ WEATHER = {"type": "function", "name": "get_weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 TIME = {"type": "function", "name": "get_time",
         "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}
+TRICKY = 'He said "hi"\n\t\\ \u2028 \U0001f600 </script> \x1f é'  # escapes the lane's framing must match
 CALLS = ('Checking.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\\"is \u00e9"}}\n</tool_call>\n'
          '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>')
 _MASK = [(re.compile(r'"(id|call_id|item_id|previous_response_id)":\s?"[^"]*"'), r'"\1":"X"'),
@@ -33,7 +35,11 @@ CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
     "tools_repeat": ({}, _pieces("Sure. " + CALLS.split("<tool_call>", 1)[1].join(["<tool_call>"] * 3) + " more", 3),
                      {"tools": [WEATHER, TIME]}),  # (the guard ends the turn at the repeated call)
     "length": ({}, _pieces(CALLS, 4), {"tools": [WEATHER, TIME], "max_output_tokens": 60}),
+    "escapes": ({}, _pieces(TRICKY, 4), {}),
+    "empty_chunks": ({}, ["", "Hello", "", " world", "", "!"], {}),
+    "length_text": ({}, _pieces(TRICKY * 3, 2), {"max_output_tokens": 9}),
 }
+TEXT = ("text", "escapes", "empty_chunks", "length_text")  # nothing to parse: the text lane runs
 
 
 def _stream(make_app: Any, options: dict[str, Any], script: list[str], body: dict[str, Any]) -> bytes:
@@ -51,13 +57,13 @@ def test_quiet_updates_frame_exactly_what_an_update_per_chunk_frames(make_app: A
     quiet = _stream(make_app, options, script, body)
     quiet_made = len(made)
     made.clear()
-    monkeypatch.setattr(response_frames, "QUIET", False)
+    monkeypatch.setattr(response_frames, "QUIET", False)  # (the text lane needs quiet updates: off too)
     every = _stream(make_app, options, script, body)
     assert quiet == every
-    assert (b"event: response.incomplete" if name == "length" else b"event: response.completed") in quiet
-    if name not in ("tools_repeat", "length"):  # (those end before the script does)
+    assert (b"event: response.incomplete" if name.startswith("length") else b"event: response.completed") in quiet
+    if name not in ("tools_repeat", "length", "length_text"):  # (those end before the script does)
         assert len(made) == len(script)  # an update per chunk
-    if name == "text":  # every chunk sends text
-        assert quiet_made == len(made)
+    if name in TEXT:  # nothing to parse: the first delta and the finish, the text lane between
+        assert quiet_made == 2 < len(made)
     else:  # chunks inside a call's head or a marker send nothing
         assert 0 < quiet_made < len(made)
