@@ -67,3 +67,30 @@ def test_quiet_updates_frame_exactly_what_an_update_per_chunk_frames(make_app: A
         assert quiet_made == 2 < len(made)
     else:  # chunks inside a call's head or a marker send nothing
         assert 0 < quiet_made < len(made)
+
+
+def test_a_failure_inside_the_text_lane_closes_the_message_with_the_lanes_text(make_app: Any) -> None:
+    """The lane's frame keeps the open item's text and the sequence numbers: an engine failure after
+    several lane chunks closes the message as far as it got, every event numbered in order."""
+    import json
+
+    built = make_app(script=lambda req: list("abcdefgh"))
+    original = built.engine.generate
+
+    async def dies_after_five(req: Any) -> Any:
+        k = 0
+        async for c in original(req):
+            yield c
+            k += 1
+            if k == 5:
+                built.engine.dead = True
+
+    built.engine.generate = dies_after_five
+    with built.client().stream("POST", "/v1/responses", json={"stream": True, "input": "Go."}) as r:
+        events = [json.loads(line[6:]) for line in "".join(r.iter_text()).splitlines() if line.startswith("data: ")]
+    kinds = [e["type"] for e in events]
+    assert kinds[-3:] == ["response.output_item.done", "error", "response.failed"], kinds
+    assert kinds.count("response.output_text.delta") == 5
+    assert events[-3]["item"]["status"] == "incomplete" and events[-3]["item"]["content"][0]["text"] == "abcde"
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "abcde"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
