@@ -197,7 +197,7 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[Even
     try:
         async with contextlib.aclosing(run.text_updates() if FAST_PATHS else run.updates()) as updates:
             async for u in updates:
-                if type(u) is TextLane:  # the rest of a choice's text, framed as it comes, its role already sent
+                if isinstance(u, TextLane):  # the rest of a choice's text, framed as it comes, its role already sent
                     yield u.events(fast.content)
                     continue
                 if not isinstance(u, ChoiceUpdate):

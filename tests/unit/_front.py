@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["CHAT", "HELLO", "USER", "WEATHER_TOOL", "TIME_TOOL", "WEATHER_SCRIPT", "script", "chat", "stream_raw",
+__all__ = ["CHAT", "HELLO", "USER", "WEATHER_TOOL", "TIME_TOOL", "WEATHER_SCRIPT", "script", "chat", "stream_raw", "streamed",
            "events", "pieces", "count_updates", "masked"]
 
 CHAT = "/v1/chat/completions"
@@ -37,6 +37,13 @@ def masked(raw: str, masks: list[tuple[Any, str]]) -> bytes:
     for pattern, repl in masks:
         raw = pattern.sub(repl, raw)
     return raw.encode()
+
+
+def streamed(client: Any, path: str, body: dict[str, Any], masks: list[tuple[Any, str]]) -> bytes:
+    """A streamed answer's bytes from ``path`` (200 asserted), ``masks`` applied (``masked``)."""
+    with client.stream("POST", path, json={**body, "stream": True}) as r:
+        assert r.status_code == 200, r.read()
+        return masked("".join(r.iter_text()), masks)
 
 
 def count_updates(monkeypatch: Any) -> list[int]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from server.plan import completion_frames
-from tests.unit._front import count_updates, masked
+from tests.unit._front import count_updates, streamed
 from tests.unit._front import pieces as _pieces
 
 TRICKY = 'He said "hi"\n\t\\ \u2028 \U0001f600 </script> \x1f é'  # escapes the fast framing must match
@@ -34,10 +34,7 @@ CASES: dict[str, tuple[list[str], dict[str, Any], bool]] = {
 
 
 def _stream(make_app: Any, script: list[str], body: dict[str, Any]) -> bytes:
-    built = make_app(script=lambda req: list(script))
-    with built.client().stream("POST", "/v1/completions", json={"prompt": "Go.", **body, "stream": True}) as r:
-        assert r.status_code == 200, r.read()
-        return masked("".join(r.iter_text()), _MASK)
+    return streamed(make_app(script=lambda req: list(script)).client(), "/v1/completions", {"prompt": "Go.", **body}, _MASK)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from server.plan import response_frames
-from tests.unit._front import count_updates, masked
+from tests.unit._front import count_updates, streamed
 from tests.unit._front import pieces as _pieces
 
 WEATHER = {"type": "function", "name": "get_weather",
@@ -43,10 +43,8 @@ TEXT = ("text", "escapes", "empty_chunks", "length_text")  # nothing to parse: t
 
 
 def _stream(make_app: Any, options: dict[str, Any], script: list[str], body: dict[str, Any]) -> bytes:
-    built = make_app(script=lambda req: list(script), **options)
-    with built.client().stream("POST", "/v1/responses", json={"stream": True, "input": "Go.", **body}) as r:
-        assert r.status_code == 200, r.read()
-        return masked("".join(r.iter_text()), _MASK)
+    return streamed(make_app(script=lambda req: list(script), **options).client(), "/v1/responses",
+                    {"input": "Go.", **body}, _MASK)
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -126,6 +126,22 @@ def test_a_failing_receive_is_not_a_disconnect() -> None:
     assert b"".join(m.get("body", b"") for m in wrapped[1:]) == b"data: a\n\ndata: b\n\n"
 
 
+def _bodies(stream: AsyncIterator[Any], receive: Any) -> list[bytes]:
+    """The body messages' bytes an ``SSEResponse`` of ``stream`` sends (without a gateway)."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(SSEResponse(stream)(_scope(), receive, send))
+    return [m["body"] for m in sent if m["type"] == "http.response.body"]
+
+
+async def _stays() -> dict[str, Any]:
+    await asyncio.sleep(3600)  # the client stays
+    return {"type": "http.disconnect"}
+
+
 def test_a_run_of_events_goes_out_one_write_each_and_is_closed_when_the_client_leaves() -> None:
     """An item that is a run of events (``server.chat.sse.Events``: a text lane) is iterated by the
     response itself, one body message per event; a disconnect inside it closes the run and the stream."""
@@ -147,17 +163,11 @@ def test_a_run_of_events_goes_out_one_write_each_and_is_closed_when_the_client_l
         finally:
             closed.append("stream")
 
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
+    async def leaves() -> dict[str, Any]:
         await asyncio.sleep(0.03)
         return {"type": "http.disconnect"}
 
-    asyncio.run(SSEResponse(stream())(_scope(), receive, send))
-    bodies = [m["body"] for m in sent if m["type"] == "http.response.body"]
+    bodies = _bodies(stream(), leaves)
     assert bodies[0] == b"data: a\n\n" and len(bodies) > 2 and set(bodies[1:]) == {b"data: r\n\n"}
     assert closed == ["run", "stream"]
 
@@ -172,14 +182,4 @@ def test_a_finished_run_of_events_is_followed_by_the_rest_of_the_stream() -> Non
         yield run()
         yield b"data: z\n\n"
 
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    asyncio.run(SSEResponse(stream())(_scope(), receive, send))
-    assert [m["body"] for m in sent[1:]] == [b"data: a\n\n", b"data: r1\n\n", b"data: r2\n\n", b"data: z\n\n", b""]
+    assert _bodies(stream(), _stays) == [b"data: a\n\n", b"data: r1\n\n", b"data: r2\n\n", b"data: z\n\n", b""]
