@@ -18,7 +18,8 @@ from server.json_types import JsonArray, JsonObject
 from server.messages.message_stream import FinalMessage, FinalToolCall, MessageDelta
 from server.messages.openai_message import assistant_message, call_delta, function_call, opening, text_delta
 from server.plan.build import RequestPlan
-from server.plan.run import Choice, ChoiceUpdate, Run, TextLane
+from server.plan.lanes import ParsedLane, TextLane
+from server.plan.run import Choice, ChoiceUpdate, Run
 from server.protocol import ChatCompletionRequest
 from server.state import ServerState
 from server.structured.budget import CLOSED_BY_BUDGET
@@ -199,6 +200,9 @@ async def _chat_events(state: ServerState, p: RequestPlan) -> AsyncIterator[Even
             async for u in updates:
                 if isinstance(u, TextLane):  # the rest of a choice's text, framed as it comes, its role already sent
                     yield u.events(fast.content)
+                    continue
+                if isinstance(u, ParsedLane):  # its next content or arguments fragments (server/plan/lanes.py)
+                    yield u.events(fast.content, fast.arguments)
                     continue
                 if not isinstance(u, ChoiceUpdate):
                     continue

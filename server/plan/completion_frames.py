@@ -15,7 +15,8 @@ from server.chat.stream_guard import guarded_stream
 from server.engine.base import TokenLogprob
 from server.json_types import JsonArray, JsonObject
 from server.plan.build import RequestPlan
-from server.plan.run import ChoiceUpdate, Run, TextLane
+from server.plan.lanes import TextLane
+from server.plan.run import ChoiceUpdate, PromptStarted, Run
 from server.protocol import CompletionRequest
 from server.state import ServerState
 from server.structured.budget import CLOSED_BY_BUDGET
@@ -101,13 +102,15 @@ async def _completion_events(state: ServerState, plan: RequestPlan) -> AsyncIter
                     yield u.events(ContentFrames(id=rid, created=created, model=model, object="text_completion").text,
                                    empty=True)
                     continue
-                if not isinstance(u, ChoiceUpdate):  # a prompt starts: its echo first (its choices, one write)
+                if isinstance(u, PromptStarted):  # a prompt starts: its echo first (its choices, one write)
                     first = u.index * req.n
                     for j in range(req.n):
                         offsets[first + j] = len(u.prompt.text) if req.echo else 0
                     if req.echo:
                         yield b"".join(frame({"index": first + j, "text": u.prompt.text, "logprobs": None,
                                               "finish_reason": None}) for j in range(req.n))
+                    continue
+                if not isinstance(u, ChoiceUpdate):  # (no other lane: a completions choice has nothing to parse)
                     continue
                 i = u.choice.index
                 lp = _legacy_logprobs(u.logprobs, offsets[i]) if req.logprobs is not None else None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from server.chat.custom_tools import InputStream, custom_input
 from server.chat.sse import Events
@@ -24,7 +24,8 @@ from server.ids import new_id
 from server.json_types import JsonArray, JsonObject, JsonValue
 from server.messages.message_stream import FinalMessage, ToolCallDelta
 from server.plan.build import RequestPlan, ResponsesPlan
-from server.plan.run import ChoiceUpdate, Run, TextLane
+from server.plan.lanes import ArgumentsFrame, ParsedLane, TextFrame, TextLane
+from server.plan.run import ChoiceUpdate, Run
 from server.responses.protocol import ResponsesRequest
 from server.responses.store import ResponseStore, StoredResponse
 from server.responses.translate import input_items, output_messages
@@ -247,14 +248,19 @@ class _Events:
                                  content_index=0, delta=text, logprobs=[]))
         return out
 
-    def text_frame(self) -> Callable[[int, str], bytes]:
-        """A text lane's frame (server/plan/run.py ``TextLane``): :meth:`content`'s one delta event for each
-        next text of the message item already open, byte for byte, from parts encoded once."""
-        assert self.open is not None and self.open["type"] == "message"
-        kind = "response.output_text.delta"
+    def _delta_parts(self, kind: str, after: str) -> tuple[bytes, bytes]:
+        """A delta event of the open item as two parts encoded once: before its sequence number, and
+        from there to its ``delta`` (``after``: the fields between)."""
         head = f'event: {kind}\ndata: {{"type":"{kind}","sequence_number":'.encode()
         mid = (',"item_id":' + json.dumps(self._open_id(), ensure_ascii=False)
-               + f',"output_index":{self._index()},"content_index":0,"delta":').encode()
+               + f',"output_index":{self._index()}{after},"delta":').encode()
+        return head, mid
+
+    def text_frame(self) -> TextFrame:
+        """A lane's frame of text (server/plan/lanes.py): :meth:`content`'s one delta event for each next
+        text of the message item already open, byte for byte, from parts encoded once."""
+        assert self.open is not None and self.open["type"] == "message"
+        head, mid = self._delta_parts("response.output_text.delta", ',"content_index":0')
 
         def frame(index: int, text: str) -> bytes:
             self.text += text
@@ -262,6 +268,31 @@ class _Events:
             return head + str(seq).encode() + mid + _JSON_TEXT(text).encode() + b',"logprobs":[]}\n\n'
 
         return frame
+
+    def arguments_frame(self) -> ArgumentsFrame:
+        """A lane's frame of the open function call's next arguments fragment: :meth:`call`'s event for
+        it, byte for byte (an empty fragment: no event, as there)."""
+        assert self.open is not None and self.open["type"] == "function_call" and self.input is None
+        head, mid = self._delta_parts("response.function_call_arguments.delta", "")
+
+        def frame(index: int, call: int, text: str) -> bytes:
+            if not text:
+                return b""
+            self.text += text
+            seq, self.seq = self.seq, self.seq + 1
+            return head + str(seq).encode() + mid + _JSON_TEXT(text).encode() + b"}\n\n"
+
+        return frame
+
+    def lane_frames(self) -> tuple[TextFrame | None, ArgumentsFrame | None]:
+        """A parsed lane's frames for the item open now: its text where it is a message, its arguments
+        where it is a function call (the other kind stops the lane, for :meth:`content` or :meth:`call`)."""
+        kind = self.open["type"] if self.open is not None else None
+        if kind == "message":
+            return self.text_frame(), None
+        if kind == "function_call" and self.input is None:
+            return None, self.arguments_frame()
+        return None, None
 
     def call(self, call: ToolCallDelta) -> list[bytes]:
         out: list[bytes] = []
@@ -332,6 +363,9 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
             async for u in updates:
                 if isinstance(u, TextLane):  # the message's next texts, framed as they come
                     yield u.events(ev.text_frame())
+                    continue
+                if isinstance(u, ParsedLane):  # the open item's next text or arguments (server/plan/lanes.py)
+                    yield u.events(*ev.lane_frames())
                     continue
                 if not isinstance(u, ChoiceUpdate):
                     continue

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import cast
 
@@ -26,12 +25,13 @@ from server.json_types import JsonObject
 from server.messages.message_stream import FinalMessage, MessageDelta, MessageStream
 from server.messages.openai_message import finish_reason
 from server.plan.build import Prompt, RequestPlan
+from server.plan.lanes import Lane, ParsedLane, TextLane, lane_delta
 from server.protocol import ChatCompletionRequest, usage_dict
 from server.state import ServerState
 from server.structured.budget import closed_by_budget
 from tool_parsers.base import ToolParser
 
-__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "TextLane", "Update", "calls_end_whole", "engine_errors",
+__all__ = ["Choice", "ChoiceUpdate", "PromptStarted", "Run", "Update", "calls_end_whole", "engine_errors",
            "grammar_names", "run_engine"]
 
 log = logging.getLogger("gramserve.stream")
@@ -174,65 +174,6 @@ class PromptStarted:
 Update = ChoiceUpdate | PromptStarted
 
 
-class TextLane:
-    """The per-token path of a streamed choice with nothing to parse (``Run.text_updates``).
-
-    Once the choice has sent its first delta, each further chunk of plain text is fed to its stream
-    and goes out framed, and nothing else happens to it; the run's generator and the framer's wait
-    at this object meanwhile, so the response iterates :meth:`events` straight off the engine's
-    chunks: three generator hops fewer per token (docs/performance.md). The first chunk that does
-    anything more (the finish, logprobs) stops the lane and is handed back as ``pending``, and an
-    engine failure as ``error``, both taken by the run when it resumes, as if the lane had not been.
-    Per request; read by the run once :meth:`events` has ended."""
-
-    __slots__ = ("_chunks", "_choice", "_timer", "_keep_text", "pending", "error")
-
-    def __init__(self, chunks: AsyncIterator[TokenChunk], choice: Choice, timer: GenerationTimer, *,
-                 keep_text: bool) -> None:
-        self._chunks = chunks
-        self._choice = choice
-        self._timer = timer
-        self._keep_text = keep_text  # a completions choice keeps its text (``Choice.text``), as ``Run._update`` does
-        self.pending: TokenChunk | None = None
-        self.error: Exception | None = None
-
-    async def events(self, frame: Callable[[int, str], bytes], *, empty: bool = False) -> AsyncGenerator[bytes, None]:
-        """``frame(index, text)`` of each chunk's text (``empty``: of an empty one too, where the framer
-        sends those), until the lane stops. The choice's stream (or text) and token count are brought up
-        to date once, when it stops: with nothing to parse, the stream fed the lane's text at once holds
-        what it would hold fed chunk by chunk."""
-        ch, timer, clock, batch = self._choice, self._timer, time.perf_counter, GenerationTimer.ITL_BATCH
-        stream, index = ch.stream, ch.index
-        assert ch.unparsed
-        texts: list[str] = []
-        stamps: list[float] = []  # when each chunk with tokens came, and how many (the timer's, in bulk)
-        counts: list[int] = []
-        try:
-            async for c in self._chunks:
-                if c.finish_reason is not None or c.logprobs or c.queue_seconds is not None:
-                    self.pending = c
-                    return
-                if (n := c.num_tokens) > 0:
-                    stamps.append(clock())
-                    counts.append(n)
-                    if len(stamps) >= batch:  # (a scrape sees a running request's latencies as late as without the lane)
-                        timer.on_stamps(stamps, counts)
-                        ch.tokens += sum(counts)
-                        stamps, counts = [], []
-                if (text := c.text) or empty:  # (chat: an empty chunk sends nothing)
-                    texts.append(text)
-                    yield frame(index, text)
-        except Exception as exc:  # noqa: BLE001 - the run raises it where it maps the engine's errors
-            self.error = exc
-        finally:
-            timer.on_stamps(stamps, counts)
-            ch.tokens += sum(counts)
-            if texts and stream is not None:
-                stream.feed("".join(texts))
-            elif texts and self._keep_text:
-                ch.text += "".join(texts)
-
-
 class Run:
     """One run of a plan: its choices, its timer, and :meth:`updates`, the loop every framer reads."""
 
@@ -260,10 +201,10 @@ class Run:
                 contextlib.nullcontext())
 
     def _lane_fits(self) -> bool:
-        """Whether the choice's text may take a :class:`TextLane` (``text_updates``): one prompt, one
-        choice, streamed, nothing to parse, no logprobs, no thinking phases."""
+        """Whether the choice may take lanes (``text_updates``): one prompt, one choice, streamed, no
+        logprobs, no thinking phases."""
         ch = self.choices[0]
-        return (len(self.choices) == 1 and ch.streaming and ch.unparsed and self.plan.reasoning_budget is None
+        return (len(self.choices) == 1 and ch.streaming and self.plan.reasoning_budget is None
                 and self.plan.gen.sampling.logprobs is None)
 
     def updates(self, *, quiet: bool = False) -> AsyncGenerator[Update, None]:
@@ -276,15 +217,16 @@ class Run:
         head, a marker being written) makes no update at all, for a framer that would skip it."""
         return cast(AsyncGenerator[Update, None], self._updates(lane=False, quiet=quiet))
 
-    def text_updates(self) -> AsyncGenerator[Update | TextLane, None]:
-        """``updates(quiet=True)``, except that where one streamed choice has nothing to parse
-        (``_lane_fits``), the update with its first delta (completions: its first update) is followed by a
-        :class:`TextLane`: the rest
-        of its text, chunk by chunk, for the framer to frame and the response to send, with this
-        generator (and the framer's) suspended meanwhile (the chat framer's per-token path)."""
+    def text_updates(self) -> AsyncGenerator[Update | Lane, None]:
+        """``updates(quiet=True)``, except that where one streamed choice may take lanes (``_lane_fits``),
+        an update that puts it under way is followed by a lane (server/plan/lanes.py): a
+        :class:`TextLane` after the first delta of a choice with nothing to parse (completions: its first
+        update), a :class:`ParsedLane` after a parsed choice's content or arguments fragment. The lane is
+        the next chunks, for the framer to frame and the response to send, with this generator (and the
+        framer's) suspended meanwhile; the chunk that stopped it is then taken here as any other."""
         return self._updates(lane=True, quiet=True)
 
-    async def _updates(self, *, lane: bool, quiet: bool) -> AsyncGenerator[Update | TextLane, None]:
+    async def _updates(self, *, lane: bool, quiet: bool) -> AsyncGenerator[Update | Lane, None]:
         n = self.plan.request.n
         lane = lane and self._lane_fits()
         constraint = self.plan.gen.constraint
@@ -298,25 +240,39 @@ class Run:
                 async with contextlib.aclosing(source) as chunks:  # type: ignore[type-var]
                     async for c in chunks:
                         u = self._take(choices, c, quiet=quiet)
-                        if u is None:
-                            continue
-                        yield u
-                        ch = u.choice
-                        if ch.finish:
-                            if all(x.finish for x in choices):
+                        while u is not None:
+                            yield u
+                            if u.choice.finish or not lane or (rest := self._lane(chunks, u, keep_text=keep_text)) is None:
                                 break
-                        elif lane and (u.deltas or ch.stream is None):  # the choice opened: its text takes the lane
-                            rest = TextLane(chunks, ch, self.timer, keep_text=keep_text)
-                            yield rest
+                            yield rest  # the framer's events of the next chunks, sent by the response
                             if rest.error is not None:
                                 raise rest.error  # (the engine's: mapped here, as from the loop)
-                            if rest.pending is not None and (u := self._take(choices, rest.pending, quiet=quiet)) is not None:
-                                yield u
-                            if ch.finish:
-                                break
+                            u = self._resume(u.choice, rest, choices, quiet=quiet)
+                        if u is not None and u.choice.finish and all(x.finish for x in choices):
+                            break
             if any(x.stream is not None and x.stream.repeat for x in choices):
                 await self._stop_after_repeat(prompt.gen.request_id)
             self.running = None
+
+    def _lane(self, chunks: AsyncIterator[TokenChunk], u: ChoiceUpdate, *, keep_text: bool) -> Lane | None:
+        """The lane the choice of update ``u`` takes next, if any: a choice with nothing to parse once it
+        opened, a parsed one after content or an arguments fragment, where no call of its is framed
+        otherwise than as its arguments' text (the legacy ``function_call``, a custom tool's decoded input)."""
+        ch = u.choice
+        if ch.unparsed:
+            return TextLane(chunks, ch, self.timer, keep_text=keep_text) if u.deltas or ch.stream is None else None
+        if ch.legacy or ch.custom or not u.deltas or not lane_delta(u.deltas[-1]):
+            return None
+        return ParsedLane(chunks, ch, self.timer)
+
+    def _resume(self, ch: Choice, lane: Lane, choices: list[Choice], *, quiet: bool) -> ChoiceUpdate | None:
+        """The update of the chunk that stopped ``lane`` (None: none, or it makes none)."""
+        c = lane.pending
+        if c is None:
+            return None
+        if isinstance(lane, ParsedLane) and lane.was_fed:  # fed and clocked by the lane: its delta as it is
+            return self._fed(ch, c, lane.fed)
+        return self._take(choices, c, quiet=quiet)
 
     def _take(self, choices: list[Choice], c: TokenChunk, *, quiet: bool) -> ChoiceUpdate | None:
         """What chunk ``c`` does to its choice: the update, or None when it makes none (its choice ended

@@ -20,6 +20,10 @@ TIME_TOOL = {"type": "function", "function": {
 TRICKY = 'He said "hi"\n\t\\ \u2028 \U0001f600 </script> \x1f é'  # escapes the fast framing must match
 CALLS = ('Checking.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\\"is \u00e9"}}\n</tool_call>\n'
          '<tool_call>\n{"name": "get_time", "arguments": {"tz": "UTC"}}\n</tool_call>')
+PART = "Lisbon é \\\\ "  # (as the call's JSON writes it: an escaped backslash)
+LONG = ('Sure, saving it.<tool_call>\n{"name": "get_weather", "arguments": {"city": "' + PART * 12
+        + '"}}\n</tool_call>')  # prose, then a call whose arguments take many chunks
+SHELL = {"type": "custom", "custom": {"name": "shell", "description": "Run a shell command."}}
 _MASK = [(re.compile(r"chatcmpl-[0-9a-f]+"), "chatcmpl-X"), (re.compile(r'"created":\s?\d+'), '"created":0'),
          (re.compile(r"call_[A-Za-z0-9]+"), "call_X")]
 
@@ -39,6 +43,11 @@ CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
     "text_empty_chunks": ({}, ["", "Hello", "", " world", "", "!"], {"stream_options": {"include_usage": True}}),
     "text_tools_none": ({}, _pieces(CALLS, 5), {"tools": [WEATHER_TOOL], "tool_choice": "none"}),
     "text_reasoning": ({"reasoning_parser": "qwen3"}, _pieces("<think>Plan</think>" + TRICKY, 3), {}),
+    "long_call": ({}, _pieces(LONG, 2), {"tools": [WEATHER_TOOL, TIME_TOOL]}),
+    "long_call_reasoning": ({"reasoning_parser": "qwen3"}, _pieces("<think>Plan " + TRICKY + "</think>" + LONG, 3),
+                            {"tools": [WEATHER_TOOL, TIME_TOOL]}),
+    "custom_tool": ({}, _pieces('<tool_call>\n{"name": "shell", "arguments": {"input": "ls -la \\"x\\""}}\n</tool_call>', 2),
+                    {"tools": [SHELL, WEATHER_TOOL]}),
     "tools_repeat": ({}, _pieces("Sure. " + CALLS.split("<tool_call>", 1)[1].join(["<tool_call>"] * 3) + " more", 3),
                      {"tools": [WEATHER_TOOL, TIME_TOOL]}),  # (the guard ends the turn at the repeated call)
 }
@@ -71,10 +80,10 @@ def test_fast_paths_frame_exactly_what_the_general_path_frames(make_app: Any, na
     general = _stream(make_app, options, script, body)
     assert fast == general
     assert len(used) == len(fast_used)  # the general run framed nothing through the fast paths
-    if not body.get("logprobs"):  # (with logprobs every chunk carries them: the general path only)
+    if not body.get("logprobs") and name != "custom_tool":  # (logprobs: the general path only; a custom call: no text)
         assert "content" in fast_used
     if (body.get("tools") and body.get("tool_choice") != "none") or body.get("functions"):
-        assert "arguments" in fast_used or body.get("functions")
+        assert "arguments" in fast_used or body.get("functions") or name == "custom_tool"
 
 
 @pytest.mark.parametrize(("name", "lane"), [("text", True), ("escapes", True), ("text_empty_chunks", True),
@@ -102,6 +111,30 @@ def test_unparsed_text_skips_the_per_chunk_update(make_app: Any, name: str, lane
     assert len(made) == chunks
 
 
+def test_a_parsed_choice_sends_its_content_and_arguments_through_a_lane(make_app: Any,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parsed lane (``ParsedLane``): after a parsed choice's first content or arguments fragment, the
+    next ones go out from the lane, and only what else the stream sends (a call's header, the finish)
+    makes an update: the same few updates whatever the call's length, where the general path makes
+    one per chunk that sends something."""
+    made = count_updates(monkeypatch)
+    counts = []
+    for repeats in (4, 40):
+        text = LONG.replace(PART * 12, PART * repeats)
+        made.clear()
+        raw = _stream(make_app, {}, _pieces(text, 2), {"tools": [WEATHER_TOOL]})
+        counts.append(len(made))
+        args = "".join(tc["function"].get("arguments") or "" for line in raw.decode().splitlines()
+                       if line.startswith("data: {") for c in json.loads(line[6:])["choices"]
+                       for tc in c["delta"].get("tool_calls") or [])
+        assert json.loads(args) == {"city": "Lisbon é \\ " * repeats}
+    assert counts[0] == counts[1] < 10
+    made.clear()
+    monkeypatch.setattr(chat_frames, "FAST_PATHS", False)
+    _stream(make_app, {}, _pieces(text, 2), {"tools": [WEATHER_TOOL]})
+    assert len(made) == len(_pieces(text, 2))
+
+
 class _DiesInTheLane(list):
     """An engine script that kills its engine after the fifth piece: inside the text lane."""
 
@@ -116,28 +149,44 @@ class _DiesInTheLane(list):
             yield piece
 
 
-def test_an_engine_failure_inside_the_text_lane_ends_the_stream_as_anywhere(make_app: Any) -> None:
-    """The lane hands the engine's failure back to the run, which maps it as its own loop would: the
-    text sent so far, one error event naming it, ``[DONE]``; the engine marked dead."""
+@pytest.mark.parametrize("kind", ["text", "arguments"])
+def test_an_engine_failure_inside_a_lane_ends_the_stream_as_anywhere(make_app: Any, kind: str) -> None:
+    """The lane (a text lane, a parsed lane in a call's arguments) hands the engine's failure back to the
+    run, which maps it as its own loop would: what was sent so far, one error event naming it,
+    ``[DONE]``; the engine marked dead."""
     ref: list[Any] = []
-    built = make_app(script=lambda req: _DiesInTheLane(ref, list("abcdefgh")))
+    head = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "'
+    script, body = ((list("abcdefgh"), {}) if kind == "text"
+                    else ([head, *"abcdefgh", '"}}\n</tool_call>'], {"tools": [WEATHER_TOOL]}))
+    built = make_app(script=lambda req: _DiesInTheLane(ref, script))
     ref.append(built.engine)
-    raw = stream_raw(built.client(), messages=[{"role": "user", "content": "Go."}], max_tokens=50)
+    raw = stream_raw(built.client(), messages=[{"role": "user", "content": "Go."}], max_tokens=80, **body)
     events = [line[6:] for line in raw.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     error = json.loads(events[-2])["error"]
     assert error["code"] == "engine_dead" and set(error) == {"message", "type", "param", "code"}
-    text = "".join(c["delta"].get("content") or "" for e in events[:-2] for c in json.loads(e)["choices"])
-    assert text == "abcde" and built.state.engine_dead
+    deltas = [c["delta"] for e in events[:-2] for c in json.loads(e)["choices"]]
+    if kind == "text":
+        assert "".join(d.get("content") or "" for d in deltas) == "abcde"
+    else:
+        args = "".join(tc["function"].get("arguments") or "" for d in deltas for tc in d.get("tool_calls") or [])
+        assert args == '{"city": "abcd' and not any(d.get("content") for d in deltas)
+    assert built.state.engine_dead
 
 
-def test_a_client_leaving_inside_the_text_lane_aborts_its_request(make_app: Any) -> None:
-    """A disconnect while the response sends the lane's events: the engine request is aborted, the
-    disconnect counted, nothing left running, and the stream cut (no end of body)."""
+@pytest.mark.parametrize("kind", ["text", "arguments"])
+def test_a_client_leaving_inside_a_lane_aborts_its_request(make_app: Any, kind: str) -> None:
+    """A disconnect while the response sends a lane's events (a text lane, a parsed lane in a call's
+    arguments): the engine request is aborted, the disconnect counted, nothing left running, and the
+    stream cut (no end of body)."""
     from server import metrics
 
-    built = make_app(script=lambda req: ["x"] * 400, delay=0.002)
-    raw = json.dumps({"messages": [{"role": "user", "content": "Go."}], "stream": True, "max_tokens": 400}).encode()
+    head = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "'] if kind == "arguments" else []
+    built = make_app(script=lambda req: [*head, *["x"] * 400], delay=0.002)
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "Go."}], "stream": True, "max_tokens": 500}
+    if head:
+        body["tools"] = [WEATHER_TOOL]
+    raw = json.dumps(body).encode()
 
     async def run() -> list[dict[str, Any]]:
         gone = asyncio.Event()
@@ -172,19 +221,25 @@ def test_a_client_leaving_inside_the_text_lane_aborts_its_request(make_app: Any)
     assert not built.state.running and built.state.in_flight == 0
 
 
-def test_the_text_lane_counts_what_the_general_path_counts(make_app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kind", ["text", "arguments"])
+def test_a_lane_counts_what_the_general_path_counts(make_app: Any, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     """Tokens (the usage, the completion-token counter) and one latency per token after the first,
-    the same through the lane as through the general path; more chunks than one bulk observation holds."""
+    the same through a lane (a text lane, a parsed lane in a call's arguments) as through the general
+    path; more chunks than one bulk observation holds."""
     from server import metrics
     from server.chat.generation import GenerationTimer
 
     script = ["x"] * (2 * GenerationTimer.ITL_BATCH + 5) + ["", "yy", ""]
+    body: dict[str, Any] = {"stream_options": {"include_usage": True}}
+    if kind == "arguments":
+        script = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "', *script, '"}}\n</tool_call>']
+        body["tools"] = [WEATHER_TOOL]
 
     def counted() -> tuple[float, float, float, bytes]:
         itl = metrics.ITL.collect()[0]
         before = [s.value for s in itl.samples if s.name.endswith("_count")][0], metrics.COMPLETION_TOKENS._value.get()
         ttft = [s.value for s in metrics.TTFT.collect()[0].samples if s.name.endswith("_count")][0]
-        raw = _stream(make_app, {}, script, {"stream_options": {"include_usage": True}})
+        raw = _stream(make_app, {}, script, body)
         after_itl = [s.value for s in metrics.ITL.collect()[0].samples if s.name.endswith("_count")][0]
         after_ttft = [s.value for s in metrics.TTFT.collect()[0].samples if s.name.endswith("_count")][0]
         return after_itl - before[0], metrics.COMPLETION_TOKENS._value.get() - before[1], after_ttft - ttft, raw

@@ -38,6 +38,10 @@ CASES: dict[str, tuple[dict[str, Any], list[str], dict[str, Any]]] = {
     "escapes": ({}, _pieces(TRICKY, 4), {}),
     "empty_chunks": ({}, ["", "Hello", "", " world", "", "!"], {}),
     "length_text": ({}, _pieces(TRICKY * 3, 2), {"max_output_tokens": 9}),
+    "long_call": ({}, _pieces('Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "' + "Lisbon é \\\\ " * 12
+                              + '"}}\n</tool_call>' + CALLS, 2), {"tools": [WEATHER, TIME]}),  # prose, calls: parsed lanes
+    "long_call_reasoning": ({"reasoning_parser": "qwen3"}, _pieces("<think>Plan " + TRICKY + "</think>" + TRICKY + CALLS, 3),
+                            {"tools": [WEATHER, TIME]}),
 }
 TEXT = ("text", "escapes", "empty_chunks", "length_text")  # nothing to parse: the text lane runs
 
@@ -65,14 +69,19 @@ def test_quiet_updates_frame_exactly_what_an_update_per_chunk_frames(make_app: A
         assert quiet_made == 2 < len(made)
     else:  # chunks inside a call's head or a marker send nothing
         assert 0 < quiet_made < len(made)
+    if name == "long_call":  # the prose's and the arguments' chunks after the first: parsed lanes (server/plan/lanes.py)
+        assert quiet_made <= 10 < len(made) // 10
 
 
-def test_a_failure_inside_the_text_lane_closes_the_message_with_the_lanes_text(make_app: Any) -> None:
-    """The lane's frame keeps the open item's text and the sequence numbers: an engine failure after
-    several lane chunks closes the message as far as it got, every event numbered in order."""
+@pytest.mark.parametrize("kind", ["text", "arguments"])
+def test_a_failure_inside_a_lane_closes_the_item_with_the_lanes_text(make_app: Any, kind: str) -> None:
+    """A lane's frame keeps the open item's text (a message's, a function call's arguments) and the
+    sequence numbers: an engine failure after several lane chunks closes the item as far as it got,
+    every event numbered in order."""
     import json
 
-    built = make_app(script=lambda req: list("abcdefgh"))
+    head = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "'] if kind == "arguments" else []
+    built = make_app(script=lambda req: [*head, *"abcdefgh"])
     original = built.engine.generate
 
     async def dies_after_five(req: Any) -> Any:
@@ -80,15 +89,20 @@ def test_a_failure_inside_the_text_lane_closes_the_message_with_the_lanes_text(m
         async for c in original(req):
             yield c
             k += 1
-            if k == 5:
+            if k == 5 + len(head):
                 built.engine.dead = True
 
     built.engine.generate = dies_after_five
-    with built.client().stream("POST", "/v1/responses", json={"stream": True, "input": "Go."}) as r:
+    body: dict[str, Any] = {"stream": True, "input": "Go.", **({"tools": [WEATHER]} if head else {})}
+    with built.client().stream("POST", "/v1/responses", json=body) as r:
         events = [json.loads(line[6:]) for line in "".join(r.iter_text()).splitlines() if line.startswith("data: ")]
     kinds = [e["type"] for e in events]
     assert kinds[-3:] == ["response.output_item.done", "error", "response.failed"], kinds
-    assert kinds.count("response.output_text.delta") == 5
-    assert events[-3]["item"]["status"] == "incomplete" and events[-3]["item"]["content"][0]["text"] == "abcde"
-    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "abcde"
+    item, output = events[-3]["item"], events[-1]["response"]["output"][0]
+    if kind == "text":
+        assert kinds.count("response.output_text.delta") == 5 and item["status"] == "incomplete"
+        assert item["content"][0]["text"] == "abcde" and output["content"][0]["text"] == "abcde"
+    else:  # (a call's item closes "completed" whatever ended it, streamed or not: not the lane's to change)
+        assert kinds.count("response.function_call_arguments.delta") >= 5
+        assert item["arguments"] == '{"city": "abcde' and output["arguments"] == item["arguments"]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
