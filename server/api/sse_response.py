@@ -9,10 +9,10 @@ event, three coroutine hops and message checks fewer on the hottest path of a st
 added to the app must therefore not change body messages (compression, for one, belongs in front
 of the app, not inside it).
 
-An item of the stream is one write's events, or a run of events (``server.chat.sse.Events``: a chat
-choice's text lane, server/plan/run.py ``TextLane``) that this response iterates itself, one write
-per event, while the generators that yielded it wait: the per-token path of plain text is then the
-engine's chunks, the lane and this loop, and nothing between.
+An item of the stream is one write's events, or a run of events (``server.chat.sse.Events``: a
+choice's lane, server/plan/lanes.py) that this response iterates itself, one write per event, while
+the generators that yielded it wait: the per-token path is then the engine's chunks, the lane and
+this loop, and nothing between.
 
 The client's disconnect is watched by one plain asyncio task that cancels the streaming task
 (uvicorn speaks ASGI 2.3, so a send to a closed connection is silently dropped and only

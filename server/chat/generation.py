@@ -90,7 +90,7 @@ class GenerationTimer:
             self._flush_itl()
 
     def on_stamps(self, stamps: list[float], counts: list[int]) -> None:
-        """Chunks clocked by the caller (a text lane, server/plan/run.py): chunk ``i``, of ``counts[i]`` > 0
+        """Chunks clocked by the caller (a lane, server/plan/lanes.py): chunk ``i``, of ``counts[i]`` > 0
         tokens, came at ``stamps[i]`` (``time.perf_counter``), after every chunk seen before; the same
         latencies as one :meth:`on_chunk` each, without a call per chunk."""
         itl = self._itl

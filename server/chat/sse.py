@@ -16,7 +16,7 @@ __all__ = ["DONE", "ChunkBody", "ContentFrames", "Events", "chunk", "each_event"
 
 DONE = b"data: [DONE]\n\n"
 # An item of an event stream: the events of one write, or a run of single events to write as they
-# come (a choice's text lane, server/plan/run.py ``TextLane``), which the response iterates itself.
+# come (a choice's lane, server/plan/lanes.py), which the response iterates itself.
 Events = bytes | AsyncGenerator[bytes, None]
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # one, not one per event
 

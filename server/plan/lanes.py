@@ -60,29 +60,51 @@ def lane_delta(delta: MessageDelta) -> bool:
 class Lane:
     """What the kinds of lanes share: the chunks, the choice, the clock and what is handed back."""
 
-    __slots__ = ("_chunks", "_choice", "_timer", "pending", "error")
+    __slots__ = ("_chunks", "_choice", "_seen", "pending", "error")
 
     def __init__(self, chunks: AsyncIterator[TokenChunk], choice: Choice, timer: GenerationTimer) -> None:
         self._chunks = chunks
         self._choice = choice
-        self._timer = timer
+        self._seen = _Clock(timer, choice)
         self.pending: TokenChunk | None = None  # the chunk that stopped the lane, for the run to take
         self.error: Exception | None = None  # the engine's failure, for the run to raise where it maps them
 
+    def _stops(self, c: TokenChunk) -> bool:
+        """Whether chunk ``c`` stops the lane (kept as ``pending``); else it is clocked (``_Clock.takes``)."""
+        if self._seen.takes(c):
+            return False
+        self.pending = c
+        return True
+
 
 class _Clock:
-    """When each chunk with tokens came, and how many, given to the request's timer in bulk
-    (``GenerationTimer.on_stamps``) and to the choice's token count: a lane's chunk costs no call."""
+    """Which chunks a lane takes, and when each with tokens came and how many, given to the request's
+    timer in bulk (``GenerationTimer.on_stamps``) and to the choice's token count: a lane's chunk costs
+    one call here and no more."""
 
-    __slots__ = ("stamps", "counts")
+    __slots__ = ("_timer", "_choice", "stamps", "counts")
 
-    def __init__(self) -> None:
+    def __init__(self, timer: GenerationTimer, choice: Choice) -> None:
+        self._timer = timer
+        self._choice = choice
         self.stamps: list[float] = []
         self.counts: list[int] = []
 
-    def flush(self, timer: GenerationTimer, choice: Choice) -> None:
-        timer.on_stamps(self.stamps, self.counts)
-        choice.tokens += sum(self.counts)
+    def takes(self, c: TokenChunk) -> bool:
+        """Whether a lane takes chunk ``c``, clocked (not one that does more than add text: the
+        finish, logprobs, a queue time, which stop it)."""
+        if c.finish_reason is not None or c.logprobs or c.queue_seconds is not None:
+            return False
+        if (n := c.num_tokens) > 0:
+            self.stamps.append(time.perf_counter())
+            self.counts.append(n)
+            if len(self.stamps) >= GenerationTimer.ITL_BATCH:  # (a scrape sees latencies as late as without lanes)
+                self.flush()
+        return True
+
+    def flush(self) -> None:
+        self._timer.on_stamps(self.stamps, self.counts)
+        self._choice.tokens += sum(self.counts)
         self.stamps, self.counts = [], []
 
 
@@ -102,30 +124,22 @@ class TextLane(Lane):
         sends those), until the lane stops. The choice's stream (or text) and token count are brought up
         to date once, when it stops: with nothing to parse, the stream fed the lane's text at once holds
         what it would hold fed chunk by chunk."""
-        ch, timer, clock, batch = self._choice, self._timer, time.perf_counter, GenerationTimer.ITL_BATCH
-        stream, index = ch.stream, ch.index
+        ch = self._choice
         assert ch.unparsed
         texts: list[str] = []
-        seen = _Clock()
         try:
             async for c in self._chunks:
-                if c.finish_reason is not None or c.logprobs or c.queue_seconds is not None:
-                    self.pending = c
+                if self._stops(c):
                     return
-                if (n := c.num_tokens) > 0:
-                    seen.stamps.append(clock())
-                    seen.counts.append(n)
-                    if len(seen.stamps) >= batch:  # (a scrape sees a running request's latencies as late as without the lane)
-                        seen.flush(timer, ch)
                 if (text := c.text) or empty:  # (chat: an empty chunk sends nothing)
                     texts.append(text)
-                    yield frame(index, text)
+                    yield frame(ch.index, text)
         except Exception as exc:  # noqa: BLE001 - the run raises it where it maps the engine's errors
             self.error = exc
         finally:
-            seen.flush(timer, ch)
-            if texts and stream is not None:
-                stream.feed("".join(texts))
+            self._seen.flush()
+            if texts and ch.stream is not None:
+                ch.stream.feed("".join(texts))
             elif texts and self._keep_text:
                 ch.text += "".join(texts)
 
@@ -147,20 +161,12 @@ class ParsedLane(Lane):
     async def events(self, content: TextFrame | None, arguments: ArgumentsFrame | None) -> AsyncGenerator[bytes, None]:
         """Each chunk's delta framed by ``content`` or ``arguments`` (None: that kind is not framed
         here, and stops the lane), until the lane stops."""
-        ch, timer, clock, batch = self._choice, self._timer, time.perf_counter, GenerationTimer.ITL_BATCH
-        stream, index = ch.stream, ch.index
+        stream, index = self._choice.stream, self._choice.index
         assert stream is not None
-        seen = _Clock()
         try:
             async for c in self._chunks:
-                if c.finish_reason is not None or c.logprobs or c.queue_seconds is not None:
-                    self.pending = c
+                if self._stops(c):
                     return
-                if (n := c.num_tokens) > 0:
-                    seen.stamps.append(clock())
-                    seen.counts.append(n)
-                    if len(seen.stamps) >= batch:
-                        seen.flush(timer, ch)
                 delta = stream.feed(c.text)
                 if stream.repeat is not None:
                     self.pending, self.fed, self.was_fed = c, delta, True
@@ -181,4 +187,4 @@ class ParsedLane(Lane):
         except Exception as exc:  # noqa: BLE001 - the run raises it where it maps the engine's errors
             self.error = exc
         finally:
-            seen.flush(timer, ch)
+            self._seen.flush()
