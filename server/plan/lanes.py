@@ -58,54 +58,39 @@ def lane_delta(delta: MessageDelta) -> bool:
 
 
 class Lane:
-    """What the kinds of lanes share: the chunks, the choice, the clock and what is handed back."""
+    """What the kinds of lanes share: the chunks, the choice, the stop check, the clock, and what is
+    handed back. When each chunk with tokens came, and how many, goes to the request's timer in bulk
+    (``GenerationTimer.on_stamps``) and to the choice's token count: a lane's chunk costs one call
+    (:meth:`_stops`) for all that."""
 
-    __slots__ = ("_chunks", "_choice", "_seen", "pending", "error")
+    __slots__ = ("_chunks", "_choice", "_timer", "_stamps", "_counts", "pending", "error")
 
     def __init__(self, chunks: AsyncIterator[TokenChunk], choice: Choice, timer: GenerationTimer) -> None:
         self._chunks = chunks
         self._choice = choice
-        self._seen = _Clock(timer, choice)
+        self._timer = timer
+        self._stamps: list[float] = []
+        self._counts: list[int] = []
         self.pending: TokenChunk | None = None  # the chunk that stopped the lane, for the run to take
         self.error: Exception | None = None  # the engine's failure, for the run to raise where it maps them
 
     def _stops(self, c: TokenChunk) -> bool:
-        """Whether chunk ``c`` stops the lane (kept as ``pending``); else it is clocked (``_Clock.takes``)."""
-        if self._seen.takes(c):
-            return False
-        self.pending = c
-        return True
-
-
-class _Clock:
-    """Which chunks a lane takes, and when each with tokens came and how many, given to the request's
-    timer in bulk (``GenerationTimer.on_stamps``) and to the choice's token count: a lane's chunk costs
-    one call here and no more."""
-
-    __slots__ = ("_timer", "_choice", "stamps", "counts")
-
-    def __init__(self, timer: GenerationTimer, choice: Choice) -> None:
-        self._timer = timer
-        self._choice = choice
-        self.stamps: list[float] = []
-        self.counts: list[int] = []
-
-    def takes(self, c: TokenChunk) -> bool:
-        """Whether a lane takes chunk ``c``, clocked (not one that does more than add text: the
-        finish, logprobs, a queue time, which stop it)."""
+        """Whether chunk ``c`` stops the lane (kept as ``pending``: the finish, logprobs, a queue time, which
+        do more than add text); else it is clocked."""
         if c.finish_reason is not None or c.logprobs or c.queue_seconds is not None:
-            return False
+            self.pending = c
+            return True
         if (n := c.num_tokens) > 0:
-            self.stamps.append(time.perf_counter())
-            self.counts.append(n)
-            if len(self.stamps) >= GenerationTimer.ITL_BATCH:  # (a scrape sees latencies as late as without lanes)
-                self.flush()
-        return True
+            self._stamps.append(time.perf_counter())
+            self._counts.append(n)
+            if len(self._stamps) >= GenerationTimer.ITL_BATCH:  # (a scrape sees latencies as late as without lanes)
+                self._flush()
+        return False
 
-    def flush(self) -> None:
-        self._timer.on_stamps(self.stamps, self.counts)
-        self._choice.tokens += sum(self.counts)
-        self.stamps, self.counts = [], []
+    def _flush(self) -> None:
+        self._timer.on_stamps(self._stamps, self._counts)
+        self._choice.tokens += sum(self._counts)
+        self._stamps, self._counts = [], []
 
 
 class TextLane(Lane):
@@ -137,7 +122,7 @@ class TextLane(Lane):
         except Exception as exc:  # noqa: BLE001 - the run raises it where it maps the engine's errors
             self.error = exc
         finally:
-            self._seen.flush()
+            self._flush()
             if texts and ch.stream is not None:
                 ch.stream.feed("".join(texts))
             elif texts and self._keep_text:
@@ -187,4 +172,4 @@ class ParsedLane(Lane):
         except Exception as exc:  # noqa: BLE001 - the run raises it where it maps the engine's errors
             self.error = exc
         finally:
-            self._seen.flush()
+            self._flush()
