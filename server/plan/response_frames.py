@@ -122,12 +122,22 @@ def _output(final: FinalMessage, *, item_status: str, custom: frozenset[str]) ->
         out.append(_reasoning_item(_new_id("rs"), final.reasoning, status="completed"))
     if final.content or not final.tool_calls:
         out.append(_message_item(_new_id("msg"), final.content or "", status=item_status))
-    for c in final.tool_calls:
+    for k, c in enumerate(final.tool_calls):
+        status = _call_status(final, k)
         if c.name in custom:
-            out.append(_custom_item(_new_id("ctc"), c.id, c.name, custom_input(c.arguments), status="completed"))
+            out.append(_custom_item(_new_id("ctc"), c.id, c.name, custom_input(c.arguments), status=status))
         else:
-            out.append(_call_item(_new_id("fc"), c.id, c.name, c.arguments, status="completed"))
+            out.append(_call_item(_new_id("fc"), c.id, c.name, c.arguments, status=status))
     return out
+
+
+_CALLS = ("function_call", "custom_tool_call")  # the item types of calls
+
+
+def _call_status(final: FinalMessage, index: int) -> str:
+    """A call item's status: ``incomplete`` where the output ended inside the call or its arguments
+    broke (``final.unfinished``: the call chat's ``finish_reason`` does not vouch for), else ``completed``."""
+    return "incomplete" if index in final.unfinished else "completed"
 
 
 def _store(store: ResponseStore, pr: ResponsesPlan, body: JsonObject, output: JsonArray) -> None:
@@ -197,7 +207,8 @@ class _Events:
         return out
 
     def close(self, *, status: str = "completed") -> list[bytes]:
-        """End the open item (if any): its done events, and the item in the output."""
+        """End the open item (if any) with ``status`` (a reasoning item: completed): its done events, and
+        the item in the output."""
         item, text, i = self.open, self.text, self._index()
         if item is None:
             return []
@@ -217,10 +228,10 @@ class _Events:
                    self.emit("response.content_part.done", item_id=item_id, output_index=i, content_index=0,
                              part={"type": "reasoning_text", "text": text})]
         elif kind == "custom_tool_call":
-            done = _custom_item(item_id, str(item["call_id"]), str(item["name"]), text, status="completed")
+            done = _custom_item(item_id, str(item["call_id"]), str(item["name"]), text, status=status)
             out = [self.emit("response.custom_tool_call_input.done", item_id=item_id, output_index=i, input=text)]
         else:
-            done = _call_item(item_id, str(item["call_id"]), str(item["name"]), text, status="completed")
+            done = _call_item(item_id, str(item["call_id"]), str(item["name"]), text, status=status)
             out = [self.emit("response.function_call_arguments.done", item_id=item_id, output_index=i,
                              name=item["name"], arguments=text)]
         out.append(self.emit("response.output_item.done", output_index=i, item=done))
@@ -343,6 +354,7 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
            + ev.emit("response.in_progress", response=_response(state, pr, status="in_progress", output=[])))
     run = Run(state, plan, streaming=True)
     finish = "stop"
+    final: FinalMessage | None = None
     closed = False
     ended = False
 
@@ -352,7 +364,10 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
         nonlocal ended
         ended = True
         status = "incomplete" if finish == "length" else "completed"
-        out = ev.close(status=status)
+        item_status = status  # (a message: cut with the response; a call: as the non-streamed item, below)
+        if final is not None and final.tool_calls and ev.open is not None and ev.open["type"] in _CALLS:
+            item_status = _call_status(final, len(final.tool_calls) - 1)  # (the open item is the last call)
+        out = ev.close(status=item_status)
         body = _response(state, pr, status=status, output=ev.output, usage=_usage(run.usage()),
                          closed_by_budget=closed)
         _store(store, pr, body, ev.output)
@@ -378,7 +393,7 @@ async def _events(state: ServerState, store: ResponseStore, plan: RequestPlan, e
                     for call in d.tool_calls:
                         out += ev.call(call)
                 if u.finish_reason:
-                    finish = u.finish_reason
+                    finish, final = u.finish_reason, u.final
                     closed = u.closed_by_budget
                     if not ev.output and ev.open is None:  # an empty answer is an empty message
                         out += ev.content("")

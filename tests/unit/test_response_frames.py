@@ -102,7 +102,8 @@ def test_a_failure_inside_a_lane_closes_the_item_with_the_lanes_text(make_app: A
     if kind == "text":
         assert kinds.count("response.output_text.delta") == 5 and item["status"] == "incomplete"
         assert item["content"][0]["text"] == "abcde" and output["content"][0]["text"] == "abcde"
-    else:  # (a call's item closes "completed" whatever ended it, streamed or not: not the lane's to change)
+    else:  # (the call was cut: its item is incomplete, as the message's)
+        assert item["status"] == "incomplete"
         assert kinds.count("response.function_call_arguments.delta") >= 5
         assert item["arguments"] == '{"city": "abcde' and output["arguments"] == item["arguments"]
     assert [e["sequence_number"] for e in events] == list(range(len(events)))

@@ -57,6 +57,19 @@ def test_length_cut_is_incomplete(make_app):
     assert body["output"][0]["status"] == "incomplete"
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_call_the_budget_cut_is_an_incomplete_item(make_app, streamed):
+    """A call the output ended inside (``max_output_tokens``) is an ``incomplete`` item, streamed or not,
+    in an incomplete response; the same call whole is ``completed``."""
+    b = make_app(script=script(WEATHER_SCRIPT))
+    for budget, status in ((55, "incomplete"), (200, "completed")):
+        body = {"input": "Weather in Paris?", "tools": [WEATHER], "max_output_tokens": budget}
+        done = stream(b.client(), **body)[-1]["response"] if streamed else b.client().post(RESP, json=body).json()
+        [call] = done["output"]
+        assert call["type"] == "function_call" and call["status"] == status, call
+        assert done["status"] == ("incomplete" if budget == 55 else "completed")
+
+
 def test_function_call_items(make_app):
     b = make_app(script=script(WEATHER_SCRIPT))
     body = b.client().post(RESP, json={"input": "Weather in Paris?", "tools": [WEATHER],
