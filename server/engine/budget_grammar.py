@@ -6,7 +6,8 @@ budget narrows the mask (``server/engine/budget_plan.py`` finds the ending):
 
 * **watch**: the shortest ending from the current state (greedy walk, well under a millisecond
   for JSON; the last one re-checked and reused while it holds) is worked out every step once the
-  tokens left come within reach of it, every 16th step before that;
+  tokens left come within reach of it, every 16th step before that, and every 16th while the walk
+  finds none (an ending longer than its reach);
 * **text**: inside free text (a string's content), after tokens that can neither leave it nor end
   inside a character, a step finds what the last one found and is not looked at (at most
   :data:`_REWALK_EVERY` in a row);
@@ -231,6 +232,7 @@ class BudgetGrammar:
         self.taken = 0
         self.plan: bytes | None = None  # the forced ending's bytes still to write, once closing
         self._last: int | None = None  # tokens of the last ending worked out
+        self._lost = False  # the last look's walk found no ending (see _idle)
         self._looked_at = -_FAR_EVERY
         self._restart: int | None = None  # the shortest whole answer (what starting anew costs)
         self._bytes: bytes | None = None  # the last ending, as bytes, and when it was worked out
@@ -374,8 +376,16 @@ class BudgetGrammar:
 
     def _idle(self) -> bool:
         """Whether this step changes nothing: no ending forced, the last look recent, and the end
-        far from it (the row is then not even copied)."""
-        if self.plan is not None or self._last is None or self.taken - self._looked_at >= _FAR_EVERY:
+        far from it, or that look's walk found no ending at all (the row is then not even copied).
+        A walk that finds none is the costliest look (all its steps; a string with a long
+        ``minLength`` takes XGrammar tens of microseconds a byte), and the next steps' would find
+        none either until the text moved on: every step's walk held the engine 165 ms a token
+        (``minLength: 500``, tests/unit/test_budget_grammar.py)."""
+        if self.plan is not None or self.taken - self._looked_at >= _FAR_EVERY:
+            return False
+        if self._lost:  # no ending within the walk's reach: nothing to steer until the next look
+            return True
+        if self._last is None:
             return False
         left = self.header.max_tokens - self.taken
         return left > max(2 * self._last + 2 * ZONE + (self._restart or 0), self._last + _LOOKOUT) + _FAR_EVERY
@@ -419,6 +429,7 @@ class BudgetGrammar:
             return
         self._looked_at = self.taken
         ending = self._ending(look_ahead=False)
+        self._lost = ending is None
         if ending is None:
             return
         need = self._count(ending)

@@ -313,3 +313,41 @@ def test_the_steps_shortcuts_change_no_mask(sim, kind):
             for grammar in (short, plain):
                 assert grammar.accept_tokens("t", [token])
     assert taken["kept"] and taken["forced"], taken
+
+
+def test_a_look_that_finds_no_ending_is_not_repeated_every_step(sim, monkeypatch):
+    """Where the shortest ending lies beyond the walk's reach (a string whose ``minLength`` is longer
+    than the walk's steps), the walk finds none, and steering does nothing; it is walked again every
+    16th step, not every step (each such walk takes XGrammar tens of milliseconds with a long
+    ``minLength``, and held the engine that long every token). The masks are the plain grammar's."""
+    import xgrammar as xgr
+
+    from bench.budget_close import required_calls, simulate
+    from server.engine import budget_grammar
+
+    tool = ("write_file", {"type": "object", "properties": {
+        "path": {"type": "string"}, "content": {"type": "string", "minLength": 600}}, "required": ["path", "content"]})
+    spec, closers = required_calls("hermes", [tool])
+    walks: list[bytes | None] = []
+    walk = budget_grammar.shortest_completion
+
+    def counted(*args, **kwargs):
+        walks.append(found := walk(*args, **kwargs))
+        return found
+
+    monkeypatch.setattr(budget_grammar, "shortest_completion", counted)
+    budget = 48
+    words = {t for t, b in enumerate(sim.token_bytes) if b.isalpha()}
+    run = simulate(sim, sim.grammar("structural_tag", spec, max_tokens=budget, closers=closers), max_tokens=budget,
+                   rng=random.Random(3), p_stop=0.0,
+                   pick=lambda choices, rng: rng.choice([t for t in choices if t in words] or choices))
+    assert len(run.tokens) == budget and walks and all(found is None for found in walks)
+    assert len(walks) <= budget // 16 + 1, len(walks)
+    budgeted, plain = sim.grammar("structural_tag", spec, max_tokens=budget, closers=closers), \
+        sim.grammar("structural_tag", spec, max_tokens=None)
+    masks = [xgr.allocate_token_bitmask(1, sim.vocab_size) for _ in range(2)]
+    for step, token in enumerate(run.tokens):
+        for grammar, mask in zip((budgeted, plain), masks, strict=True):
+            grammar.fill_bitmask(mask, 0)
+            assert grammar.accept_tokens("t", [token])
+        assert bool((masks[0] == masks[1]).all()), step
