@@ -65,10 +65,11 @@ def check_floor(cache: GrammarCache | None, constraint: Constraint | None, max_t
         return None
     need = cache.min_tokens(constraint)
     if need is not None and max_tokens < need:
-        raise bad_request(
-            f"'{param}' is {max_tokens}, but the shortest answer that fits this request's output format "
-            f"(response_format, structured_outputs or required tool calls) takes {need} tokens. "
-            f"Raise '{param}' to at least {need}, or send \"close_within_budget\": false to let the answer be cut.",
+        raise bad_request(  # (parameters through the namer: Responses calls them max_output_tokens, text.format)
+            lambda n: f"'{n(param)}' is {max_tokens}, but the shortest answer that fits this request's output format "
+                      f"({n('response_format')}, structured_outputs or required tool calls) takes {need} tokens. "
+                      f"Raise '{n(param)}' to at least {need}, or send \"close_within_budget\": false to let the "
+                      "answer be cut.",
             param=param, code="max_tokens_too_small")
     return need
 

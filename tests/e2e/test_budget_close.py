@@ -90,3 +90,16 @@ def test_a_required_call_closes_inside_a_tight_budget(client, model, stream):
     errors = [e.message for e in Draft202012Validator(params).iter_errors(json.loads(args))]
     assert not errors, (args, errors)
     assert finish in ("length", "tool_calls") and mark is (True if finish == "length" else None), (finish, mark)
+
+
+def test_a_responses_budget_below_the_floor_names_max_output_tokens(http, model):
+    """The floor's 400 on /v1/responses names the Responses parameters (``max_output_tokens``,
+    ``text.format``), in its ``param`` and in its message, not chat's."""
+    schema = SCHEMAS["required nested"]
+    body = {"model": model, "input": "x", "max_output_tokens": 1,
+            "text": {"format": {"type": "json_schema", "name": "x", "schema": schema, "strict": True}}}
+    r = http.post("/v1/responses", json=body)
+    err = r.json()["error"]
+    assert r.status_code == 400 and err["code"] == "max_tokens_too_small" and err["param"] == "max_output_tokens", err
+    assert "'max_output_tokens' is 1" in err["message"] and "text.format" in err["message"], err
+    assert "max_completion_tokens" not in err["message"] and "response_format" not in err["message"], err

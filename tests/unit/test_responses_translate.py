@@ -99,3 +99,25 @@ def test_validation_errors_name_responses_params():
     with pytest.raises(APIError) as exc:  # found by the chat model, named as Responses names it
         plan(input="Hi", tools=[{"type": "function", "name": "bad name!", "parameters": {"type": "object"}}])
     assert exc.value.param == "tools[0].name" and "'tools[0].name'" in exc.value.message
+
+
+def test_the_budget_floor_error_names_responses_parameters():
+    """``check_floor``'s 400 names its parameters through the namer: on Responses, ``max_output_tokens``
+    and ``text.format`` in the message and the param; on chat, chat's."""
+    from server.structured.budget import check_floor
+
+    class Cache:
+        def min_tokens(self, constraint):
+            return 28
+
+    class Closing:
+        closes = True
+
+    with pytest.raises(APIError) as chat:
+        check_floor(Cache(), Closing(), 12, param="max_completion_tokens")  # type: ignore[arg-type]
+    assert chat.value.param == "max_completion_tokens" and "'max_completion_tokens' is 12" in chat.value.message
+    assert "(response_format," in chat.value.message
+    e = rename_error(chat.value, ())
+    assert e.param == "max_output_tokens" and e.code == "max_tokens_too_small"
+    assert "'max_output_tokens' is 12" in e.message and "Raise 'max_output_tokens' to at least 28" in e.message
+    assert "(text.format," in e.message and "max_completion_tokens" not in e.message
