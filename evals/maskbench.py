@@ -10,7 +10,8 @@ instance to the grammar the engine would run, on the backend it was given:
   rejected;
 * **refused**: a 400 (its keywords and pointers are counted);
 * **valid rejected** (too strict): accepted, but some valid instance cannot be written;
-* **too loose**: accepted, and some invalid instance gets through (the promise broken).
+* **too loose**: accepted, and some invalid instance gets through (the promise broken); each valid
+  instance is also tried with a raw tab in place of one string character, which is not JSON.
 
 An instance is tried as compact JSON in its own key order and in the schema's property order
 (both grammars fix property order), with integral floats as integers. Two reference columns
@@ -128,13 +129,42 @@ def _texts(data: Any, schema: Any) -> list[str]:
     return out
 
 
+_RAW = "\ue000"  # a private-use character no instance holds: where the raw control character goes
+
+
+def _first_string_marked(data: Any) -> Any:
+    """``data`` with the first character of its first non-empty string value (not a key) made
+    :data:`_RAW`, or None when it holds none."""
+    if isinstance(data, str):
+        return _RAW + data[1:] if data else None
+    items = list(data.items()) if isinstance(data, dict) else list(enumerate(data)) if isinstance(data, list) else []
+    for key, value in items:
+        marked = _first_string_marked(value)
+        if marked is not None:
+            out = dict(data) if isinstance(data, dict) else list(data)
+            out[key] = marked
+            return out
+    return None
+
+
+def _raw_control_texts(data: Any, schema: Any) -> list[str]:
+    """A valid instance's texts with a raw tab in place of one string character (the length kept):
+    not JSON (RFC 8259 forbids raw control characters in strings, ``json.loads`` refuses them), so
+    no grammar may write them. XGrammar's length-bounded strings did (mlc-ai/xgrammar#800)."""
+    marked = _first_string_marked(data)
+    return [] if marked is None else [t.replace(_RAW, "\t") for t in _texts(marked, schema)]
+
+
 def _instances(accepts: Any, record: dict[str, Any]) -> tuple[int, int]:
-    """(valid instances rejected, invalid instances accepted)."""
+    """(valid instances rejected, invalid instances accepted); a valid instance written with a raw
+    control character in a string (:func:`_raw_control_texts`) is an invalid one."""
     rejected = loose = 0
     for test in record["tests"]:
         got = any(accepts(t) for t in _texts(test["data"], record["schema"]))
         rejected += bool(test["valid"] and not got)
         loose += bool(not test["valid"] and got)
+        if test["valid"]:
+            loose += any(accepts(t) for t in _raw_control_texts(test["data"], record["schema"]))
     return rejected, loose
 
 

@@ -10,6 +10,8 @@ XGrammar one, so if this backend were ever missing the request would fail, never
 
 Both compilers fill the same int32 token bitmask (``ceil(vocab / 32)`` words a row), so one
 bitmask serves the batch and vLLM's overlap of the mask fill with the forward pass is kept.
+XGrammar's grammars from JSON schemas (a response format, a structural tag's calls) are compiled with
+their length-bounded strings written as JSON strings (``server/engine/xgrammar_json.py``).
 Installed in the engine-core process by :mod:`server.engine.vllm_plugin`.
 """
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from server.engine.budget_grammar import BudgetTables, make_budget_grammar
 from server.engine.budget_plan import BudgetHeader, split_budget_spec
+from server.engine.xgrammar_json import fixed_ebnf
 from server.lru import BoundedLRU
 
 if TYPE_CHECKING:
@@ -94,9 +97,15 @@ def _make_class() -> type:
             if budgeted is not None:
                 return self._budgeted(budgeted[0], budgeted[1], stop_token_ids)
             schema = guidance_schema_text(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
-            if schema is None:
-                return super().compile_grammar(request_type, grammar_spec, stop_token_ids=stop_token_ids)
-            return self._guidance_grammar(schema)
+            if schema is not None:
+                return self._guidance_grammar(schema)
+            kind = {StructuredOutputOptions.JSON: "json", StructuredOutputOptions.STRUCTURAL_TAG: "structural_tag"}
+            fixed = (fixed_ebnf(kind[request_type], grammar_spec, any_whitespace=not self.disable_any_whitespace,
+                                separators=(",", ":") if self.disable_any_whitespace else None)
+                     if request_type in kind else None)
+            if fixed is not None:  # its bounded strings written as JSON strings (server/engine/xgrammar_json.py)
+                return super().compile_grammar(StructuredOutputOptions.GRAMMAR, fixed, stop_token_ids=stop_token_ids)
+            return super().compile_grammar(request_type, grammar_spec, stop_token_ids=stop_token_ids)
 
         def _guidance_grammar(self, schema: str) -> StructuredOutputGrammar:
             """llguidance's grammar for ``schema``: a copy of the matcher built for it before, or a

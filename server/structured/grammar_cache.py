@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from server.engine.vllm_plugin import lower_thread_priority
+from server.engine.xgrammar_json import fixed_ebnf
 from server.loop_budget import may_block
 from server.lru import BoundedLRU
 from server.structured.constraints import JSON_OBJECT, Constraint, _is_lark, _xgr_message
@@ -64,11 +65,17 @@ def _choice_ebnf(choices: tuple[str, ...] | list[str]) -> str:
 
 def compile_constraint(compiler: xgr.GrammarCompiler, constraint: Constraint, *,
                        disable_any_whitespace: bool = False) -> xgr.CompiledGrammar:
-    """Compile ``constraint`` with an ``xgrammar.GrammarCompiler`` the way vLLM 0.32 does."""
+    """Compile ``constraint`` with an ``xgrammar.GrammarCompiler`` the way vLLM 0.32 does, with the engine's
+    one change (``server/engine/hybrid_backend.py``): a JSON schema's bounded strings stay JSON strings."""
     import json
 
     separators = (",", ":") if disable_any_whitespace else None
     kind, value = constraint.kind, constraint.value
+    if kind in ("json", "structural_tag"):  # (bounded strings fixed as the engine's backend fixes them)
+        text = value if isinstance(value, str) else json.dumps(value)
+        fixed = fixed_ebnf(kind, text, any_whitespace=not disable_any_whitespace, separators=separators)
+        if fixed is not None:
+            return compiler.compile_grammar(fixed)
     if kind == "json":
         schema = value if isinstance(value, str) else json.dumps(value)
         return compiler.compile_json_schema(schema, any_whitespace=not disable_any_whitespace, separators=separators)

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 from jsonschema import Draft202012Validator
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from .conftest import TESTDATA
 
@@ -187,3 +187,33 @@ def test_each_backend_enforces_its_schemas_through_the_engine(client, http, mode
         value = json.loads(text)
         errors = [e.message for e in Draft202012Validator(schema).iter_errors(value)]
         assert not errors, (name, text, errors)
+
+
+class Note(BaseModel):
+    title: str = Field(min_length=1, max_length=12)
+    body: str = Field(max_length=24)
+
+
+def test_a_length_bounded_string_never_holds_a_raw_control_character(client, model):
+    """A model that wants a tab inside a bounded string (logit_bias pushes SmolLM2's tab token) still
+    gets JSON the SDK parses: XGrammar's own grammar for such a string let raw tabs in
+    (server/engine/xgrammar_json.py), in a response format and in a tool call's arguments."""
+    import transformers
+
+    from server.default_model import ensure_default_model
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(ensure_default_model(progress=False)))
+    tab = tok.convert_tokens_to_ids("ĉ")
+    assert tok.decode([tab]) == "\t"
+    bias = {str(tab): 100}
+    messages = [{"role": "user", "content": "Write a short note about tabs and spaces."}]
+    parsed = client.beta.chat.completions.parse(model=model, messages=messages, temperature=0, max_tokens=96,
+                                                logit_bias=bias, response_format=Note)
+    note = parsed.choices[0].message.parsed  # the SDK's pydantic parse: a raw tab would fail it
+    assert note is not None and 1 <= len(note.title) <= 12 and len(note.body) <= 24
+    assert "\t" not in parsed.choices[0].message.content
+    tool = {"type": "function", "function": {"name": "save_note", "parameters": Note.model_json_schema()}}
+    r = client.chat.completions.create(model=model, messages=messages, temperature=0, max_tokens=128,
+                                       logit_bias=bias, tools=[tool], tool_choice="required")
+    call = r.choices[0].message.tool_calls[0]
+    Note.model_validate_json(call.function.arguments)  # strict JSON: no raw control character in a string

@@ -23,3 +23,28 @@ def test_judge_schema_reads_labelled_instances() -> None:
     assert row["gramserve"] == "passing", row
     mislabelled = {**record, "tests": [{"data": "abca", "valid": True}]}  # a string the pattern cannot write
     assert judge_schema(mislabelled)["gramserve"] == "valid_rejected"
+
+
+def test_a_raw_control_character_in_a_string_counts_as_too_loose() -> None:
+    """Each valid instance is also tried with a raw tab in a string (not JSON): XGrammar's own grammar
+    for a length-bounded string writes it (mlc-ai/xgrammar#800), gramserve's does not."""
+    import json
+
+    import xgrammar as xgr
+
+    from evals.maskbench import _instances, _raw_control_texts
+
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 4}}, "required": ["a"]}
+    record = {"id": "b--1", "schema": schema, "tests": [{"data": {"a": "xy"}, "valid": True}]}
+    assert _raw_control_texts({"k": 1, "a": ["", "xy"]}, {}) == ['{"k":1,"a":["","\ty"]}']
+    assert _raw_control_texts({"a": [1, ""]}, {}) == []
+    own = xgr.GrammarMatcher(xgr.GrammarCompiler(xgr.TokenizerInfo([])).compile_json_schema(
+        json.dumps(schema), any_whitespace=False, separators=(",", ":")), terminate_without_stop_token=True)
+
+    def xgrammar_alone(text: str) -> bool:
+        own.reset()
+        return bool(own.accept_string(text)) and own.is_terminated()
+
+    assert _instances(xgrammar_alone, record) == (0, 1)
+    row = judge_schema(record)
+    assert row["gramserve"] == row["xgrammar_alone"] == "passing", row
