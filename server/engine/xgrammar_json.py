@@ -31,16 +31,20 @@ from server.lru import BoundedLRU
 
 __all__ = ["BOUNDED_RAW_CHAR", "BOUNDED_STRING_CHAR", "fixed_ebnf", "fixes_needed", "fix_bounded_strings"]
 
-#: One character of a length-bounded JSON string as gramserve lets XGrammar write it: anything but
-#: the C0 controls, the quote and the backslash (no escapes: see the module docstring).
-BOUNDED_STRING_CHAR = '(([^\\0-\\x1f\\"\\\\]))'
-# The rule XGrammar prints for a bounded string's character, whole: ``x_characters ::= (([^\"\\\r\n]))``
-_BOUNDED_CHAR_RULE = re.compile(r'^(\S+) ::= \(\(\[\^\\"\\\\\\r\\n\]\)\)$', re.M)  # (names hold "-", ".")
+#: The class of a length-bounded JSON string's characters as gramserve lets XGrammar write them:
+#: anything but the C0 controls, the quote and the backslash (no escapes: see the module docstring).
+BOUNDED_STRING_CHAR = '[^\\0-\\x1f\\"\\\\]'
+# XGrammar's class for them (in a rule of its own, or inline where the bounds are small)
+_XGRAMMAR_BOUNDED_CLASS = '[^\\"\\\\\\r\\n]'
+# The printed grammar's quoted terminals and character classes, each read whole (a ``Regex("...")``'s
+# pattern or a constant may spell anything; a class may hold a quote)
+_TERMINAL_OR_CLASS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]')
 #: One character of a length-bounded string parameter in an XML call style (qwen_xml, minimax_xml,
 #: glm_xml, deepseek_xml, kimi_k3_xml): not ``<``, which begins every such style's closing tag.
-BOUNDED_RAW_CHAR = "(([^<]))"
-# XGrammar's rule for it: any character, the closing tag included (an unbounded value excludes the tag)
-_BOUNDED_RAW_RULE = re.compile(r'^(\S+) ::= \(\(\[\\0-\\U0010ffff\]\)\)$', re.M)
+BOUNDED_RAW_CHAR = "[^<]"
+# XGrammar's rule for it (any character, the closing tag included; an unbounded value excludes the
+# tag): the repeated character's rule, or the value's own where at most one character is allowed
+_BOUNDED_RAW_RULE = re.compile(r'^(\S+) ::= (\(\(|\(""\ \|\ \()\[\\0-\\U0010ffff\](\)\))$', re.M)
 _BOUNDS = ("minLength", "maxLength")
 
 # (kind, whitespace, spec) -> the fixed EBNF, or "" where XGrammar's own grammar needs no fix.
@@ -53,11 +57,11 @@ def fixes_needed(spec: str) -> bool:
 
 
 def fix_bounded_strings(ebnf: str, *, xml: bool = False) -> str:
-    """``ebnf`` (XGrammar's printed grammar) with each bounded JSON string's character rule made
+    """``ebnf`` (XGrammar's printed grammar) with each bounded JSON string's character class made
     :data:`BOUNDED_STRING_CHAR`, and (``xml``: a structural tag's, where XML call styles live) each
     bounded raw string's :data:`BOUNDED_RAW_CHAR`."""
-    ebnf = _BOUNDED_CHAR_RULE.sub(lambda m: f"{m.group(1)} ::= {BOUNDED_STRING_CHAR}", ebnf)
-    return _BOUNDED_RAW_RULE.sub(lambda m: f"{m.group(1)} ::= {BOUNDED_RAW_CHAR}", ebnf) if xml else ebnf
+    ebnf = _TERMINAL_OR_CLASS.sub(lambda m: BOUNDED_STRING_CHAR if m[0] == _XGRAMMAR_BOUNDED_CLASS else m[0], ebnf)
+    return _BOUNDED_RAW_RULE.sub(lambda m: f"{m[1]} ::= {m[2]}{BOUNDED_RAW_CHAR}{m[3]}", ebnf) if xml else ebnf
 
 
 def fixed_ebnf(kind: str, spec: str, *, any_whitespace: bool = True,

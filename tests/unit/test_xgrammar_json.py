@@ -89,7 +89,8 @@ def test_only_the_bounded_strings_rule_changes() -> None:
     own = str(xgr.Grammar.from_json_schema(schema)).splitlines()
     fixed = (fixed_ebnf("json", schema) or "").splitlines()
     changed = [(a, b) for a, b in zip(own, fixed, strict=True) if a != b]
-    assert len(changed) == 3 and all(b.endswith(" ::= " + BOUNDED_STRING_CHAR) for _, b in changed)
+    assert len(changed) == 3 and all(b.replace(BOUNDED_STRING_CHAR, "") == a.replace('[^\\"\\\\\\r\\n]', "")
+                                     for a, b in changed)
     assert fix_bounded_strings("\n".join(fixed)) == "\n".join(fixed)
 
 
@@ -141,7 +142,10 @@ LOWERINGS = [_S, {"type": "object", "properties": {"a": _S}}, {"type": "array", 
              {"type": "array", "prefixItems": [_S, {"type": "integer"}]},
              {"type": "object", "properties": {"a": {"$ref": "#/$defs/s-1"}}, "$defs": {"s-1": _S}},
              {"anyOf": [_S, {"type": "integer"}]}, {"type": "object", "additionalProperties": _S},
-             {"type": "array", "items": {"type": "array", "items": _S}}, {"type": ["string", "null"], "maxLength": 3}]
+             {"type": "array", "items": {"type": "array", "items": _S}}, {"type": ["string", "null"], "maxLength": 3},
+             # small bounds, which XGrammar writes out inline
+             {"type": "string", "maxLength": 1}, {"type": "string", "minLength": 1, "maxLength": 1},
+             {"type": ["string", "null"], "maxLength": 1}, {"type": "string", "minLength": 2, "maxLength": 2}]
 
 
 @pytest.mark.parametrize("schema", LOWERINGS, ids=range(len(LOWERINGS)))
@@ -193,6 +197,12 @@ def test_a_bounded_xml_parameter_cannot_hold_its_closing_tag(compiler) -> None:
     early = call % "ab</parameter>cd"  # the parser reads "ab": shorter than minLength
     assert own(early) and not accepts(early)
     assert accepts(call % "a\tb c") and accepts(call % "abc") and not accepts(call % "ab") and not accepts(call % "a<b")
+    for bounds in ({"maxLength": 1}, {"minLength": 1, "maxLength": 1}):  # (the value's own rule: one character)
+        one = {"type": "object", "properties": {"a": {"type": "string", **bounds}}, "required": ["a"]}
+        tag = json.dumps({"type": "structural_tag", "format": tool_call_format(
+            resolve_format("qwen3_coder"), [("f", one)], mode="required", parallel=False)})
+        accepts = _accepts(compile_constraint(compiler, Constraint("structural_tag", json.loads(tag))))
+        assert accepts(call % "x") and not accepts(call % "<") and _accepts(compiler.compile_structural_tag(tag))(call % "<")
     for name, fmt_spec in tool_formats().items():  # every XML style: no bounded value of any character left
         if fmt_spec.arguments_style in ("json", "pythonic", "gemma4") or name == "minimax_m3":
             continue
