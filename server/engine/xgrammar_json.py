@@ -13,11 +13,14 @@ other half of the upstream defect stays: no escape can be written inside such a 
 backslash, a newline), a stricter grammar, never a looser one. An escape alternative in the rule
 (one JSON character per repetition) was tried: XGrammar then cannot precompute the rule's token
 masks and fills them at run time, 16-130 ms a token on SmolLM2's vocabulary against 2-130 µs.
+
 In the XML call styles a bounded string parameter is raw text, which XGrammar lets hold anything, its
 own closing tag included (an unbounded one excludes the tag): a model could end the value early and
 write on, and the family's parser would read a shorter value than the grammar counted. There it
 becomes :data:`BOUNDED_RAW_CHAR`, anything but ``<`` (stricter: a bounded XML value cannot hold a
-``<``). A spec with no such string (no ``minLength`` / ``maxLength`` in its text) is compiled as vLLM
+``<``).
+
+A spec with no such string (no ``minLength`` / ``maxLength`` in its text) is compiled as vLLM
 compiles it, untouched; one with them compiles and fills its masks as fast as XGrammar's own.
 
 Used by the engine's backend (``server/engine/hybrid_backend.py``) and by the API process's mirror

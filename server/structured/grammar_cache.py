@@ -2,7 +2,8 @@
 
 vLLM compiles grammars asynchronously inside the engine; a schema that fails (or takes
 forever) there surfaces late and badly. Compiling here first, with the same tokenizer info
-and the same xgrammar calls as vLLM's ``XgrammarBackend.compile_grammar``, turns those into
+and the same xgrammar calls as the engine's backend (vLLM's ``XgrammarBackend.compile_grammar``, with
+gramserve's bounded-string fix: ``server/engine/xgrammar_json.py``), turns those into
 a 400 at request time (or a start-up error with ``--precompile``). Outcomes are cached in a
 bounded LRU keyed by the constraint; only metadata is kept, not the compiled grammar (vLLM
 keeps its own compiled copy in the engine process).
@@ -66,7 +67,7 @@ def _choice_ebnf(choices: tuple[str, ...] | list[str]) -> str:
 def compile_constraint(compiler: xgr.GrammarCompiler, constraint: Constraint, *,
                        disable_any_whitespace: bool = False) -> xgr.CompiledGrammar:
     """Compile ``constraint`` with an ``xgrammar.GrammarCompiler`` the way vLLM 0.32 does, with the engine's
-    one change (``server/engine/hybrid_backend.py``): a JSON schema's bounded strings stay JSON strings."""
+    one change (``server/engine/hybrid_backend.py``): bounded strings fixed (``server/engine/xgrammar_json.py``)."""
     import json
 
     separators = (",", ":") if disable_any_whitespace else None
