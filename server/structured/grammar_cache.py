@@ -77,9 +77,9 @@ def compile_constraint(compiler: xgr.GrammarCompiler, constraint: Constraint, *,
         fixed = fixed_ebnf(kind, text, any_whitespace=not disable_any_whitespace, separators=separators)
         if fixed is not None:
             return compiler.compile_grammar(fixed)
-    if kind == "json":
-        schema = value if isinstance(value, str) else json.dumps(value)
-        return compiler.compile_json_schema(schema, any_whitespace=not disable_any_whitespace, separators=separators)
+        if kind == "json":
+            return compiler.compile_json_schema(text, any_whitespace=not disable_any_whitespace, separators=separators)
+        return compiler.compile_structural_tag(text)
     if kind == "json_object":
         return compiler.compile_json_schema(
             '{"type": "object"}', any_whitespace=not disable_any_whitespace, separators=separators
@@ -90,8 +90,6 @@ def compile_constraint(compiler: xgr.GrammarCompiler, constraint: Constraint, *,
         return compiler.compile_grammar(_choice_ebnf(value))
     if kind == "grammar" and isinstance(value, str):  # always its text
         return compiler.compile_lark(value) if _is_lark(value) else compiler.compile_grammar(value)
-    if kind == "structural_tag":
-        return compiler.compile_structural_tag(value if isinstance(value, str) else json.dumps(value))
     raise ValueError(f"unknown constraint kind {kind!r}")
 
 
