@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from server.engine.budget_grammar import BudgetTables, make_budget_grammar
 from server.engine.budget_plan import BudgetHeader, split_budget_spec
-from server.engine.xgrammar_json import fixed_ebnf
+from server.engine.xgrammar_json import JSON_OBJECT_SCHEMA, fixed_ebnf
 from server.lru import BoundedLRU
 
 if TYPE_CHECKING:
@@ -99,11 +99,13 @@ def _make_class() -> type:
             schema = guidance_schema_text(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
             if schema is not None:
                 return self._guidance_grammar(schema)
-            kind = {StructuredOutputOptions.JSON: "json", StructuredOutputOptions.STRUCTURAL_TAG: "structural_tag"}
-            fixed = (fixed_ebnf(kind[request_type], grammar_spec, any_whitespace=not self.disable_any_whitespace,
+            kind = {StructuredOutputOptions.JSON: "json", StructuredOutputOptions.JSON_OBJECT: "json",
+                    StructuredOutputOptions.STRUCTURAL_TAG: "structural_tag"}
+            spec = JSON_OBJECT_SCHEMA if request_type == StructuredOutputOptions.JSON_OBJECT else grammar_spec
+            fixed = (fixed_ebnf(kind[request_type], spec, any_whitespace=not self.disable_any_whitespace,
                                 separators=(",", ":") if self.disable_any_whitespace else None)
                      if request_type in kind else None)
-            if fixed is not None:  # its bounded strings written as JSON strings (server/engine/xgrammar_json.py)
+            if fixed is not None:  # bounded strings as JSON strings, compact any-values (server/engine/xgrammar_json.py)
                 return super().compile_grammar(StructuredOutputOptions.GRAMMAR, fixed, stop_token_ids=stop_token_ids)
             return super().compile_grammar(request_type, grammar_spec, stop_token_ids=stop_token_ids)
 

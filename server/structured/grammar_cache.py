@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from server.engine.vllm_plugin import lower_thread_priority
-from server.engine.xgrammar_json import fixed_ebnf
+from server.engine.xgrammar_json import JSON_OBJECT_SCHEMA, fixed_ebnf
 from server.loop_budget import may_block
 from server.lru import BoundedLRU
 from server.structured.constraints import JSON_OBJECT, Constraint, _is_lark, _xgr_message
@@ -67,7 +67,8 @@ def _choice_ebnf(choices: tuple[str, ...] | list[str]) -> str:
 def compile_constraint(compiler: xgr.GrammarCompiler, constraint: Constraint, *,
                        disable_any_whitespace: bool = False) -> xgr.CompiledGrammar:
     """Compile ``constraint`` with an ``xgrammar.GrammarCompiler`` the way vLLM 0.32 does, with the engine's
-    one change (``server/engine/hybrid_backend.py``): bounded strings fixed (``server/engine/xgrammar_json.py``)."""
+    changes (``server/engine/hybrid_backend.py``): bounded strings and compact any-values fixed
+    (``server/engine/xgrammar_json.py``)."""
     import json
 
     separators = (",", ":") if disable_any_whitespace else None
@@ -81,8 +82,11 @@ def compile_constraint(compiler: xgr.GrammarCompiler, constraint: Constraint, *,
             return compiler.compile_json_schema(text, any_whitespace=not disable_any_whitespace, separators=separators)
         return compiler.compile_structural_tag(text)
     if kind == "json_object":
+        fixed = fixed_ebnf("json", JSON_OBJECT_SCHEMA, any_whitespace=not disable_any_whitespace, separators=separators)
+        if fixed is not None:
+            return compiler.compile_grammar(fixed)
         return compiler.compile_json_schema(
-            '{"type": "object"}', any_whitespace=not disable_any_whitespace, separators=separators
+            JSON_OBJECT_SCHEMA, any_whitespace=not disable_any_whitespace, separators=separators
         )
     if kind == "regex":
         return compiler.compile_regex(value)

@@ -175,8 +175,9 @@ _ANY = "XGrammar's any-value grammar cannot write every JSON value (arrays of se
 def _xgrammar_incomplete(schema: JsonObject) -> list[Problem]:
     """Where XGrammar's grammar is stricter than ``schema`` (its form from :func:`xgrammar_form`):
     valid documents it cannot write. Measured on MaskBench's dev half: a value that may be any
-    JSON (``{}``, ``true``, an object open to other properties, an array with untyped items), and
-    an unanchored ``pattern`` (matched whole, not searched)."""
+    JSON (``{}``, ``true``, an object open to other properties, an array with untyped items), an
+    unanchored ``pattern`` or ``patternProperties`` name (matched whole, not searched), and a
+    length-bounded string (no escape inside it)."""
 
     out: list[Problem] = []
     for pointer, node in _pointed(schema):
@@ -190,9 +191,29 @@ def _xgrammar_incomplete(schema: JsonObject) -> list[Problem]:
         if node.get("items") is True:
             out.append(Problem("xgrammar", "items", pointer, "items may be any value: " + _ANY))
         pattern = node.get("pattern")
-        if isinstance(pattern, str) and not (pattern.startswith("^") and pattern.endswith("$")):
+        if isinstance(pattern, str) and not _anchored(pattern):
             out.append(Problem("xgrammar", "pattern", pointer, "an unanchored pattern is matched whole, not searched"))
+        names = node.get("patternProperties")
+        if isinstance(names, dict) and not all(_anchored(p) for p in names):
+            out.append(Problem("xgrammar", "patternProperties", pointer,
+                               "an unanchored name pattern is matched whole, not searched"))
+        if isinstance(node.get("minLength") or node.get("maxLength"), int) and _is_bounded_json_string(node):
+            out.append(Problem("xgrammar", "maxLength" if "maxLength" in node else "minLength", pointer,
+                               "a length-bounded string cannot hold an escape (a quote, a backslash, a newline)"))
     return out
+
+
+def _anchored(pattern: str) -> bool:
+    return pattern.startswith("^") and pattern.endswith("$")
+
+
+def _is_bounded_json_string(node: JsonObject) -> bool:
+    """Whether XGrammar writes ``node`` as a length-bounded string: one character class without
+    escapes (mlc-ai/xgrammar#800; ``server/engine/xgrammar_json.py``). With a ``pattern`` or a
+    ``format`` XGrammar ignores the bounds (a problem of its own, LOOSE)."""
+    t = node.get("type")
+    return (t == "string" or isinstance(t, list) and "string" in t) and not ({"pattern", "format", "enum", "const"}
+                                                                           & node.keys())
 
 
 _NO_CONSTRAINT = frozenset({"$id", "$schema", "$comment", "$anchor", "title", "description", "examples", "default",
@@ -224,7 +245,9 @@ def _pointed(schema: JsonValue) -> list[tuple[str, bool | JsonObject]]:
 def xgrammar_form(schema: JsonObject) -> JsonObject:
     """``schema`` with the defaults XGrammar's ``strict_mode`` would change spelled out: an object
     schema without ``additionalProperties`` (nor ``unevaluatedProperties`` / ``patternProperties``)
-    allows any other property, and ``prefixItems`` without ``items`` any further item.
+    allows any other property, and an array schema without ``items`` (``prefixItems`` or not) any
+    further item (XGrammar 0.2.8 writes ``{"type": "array", "maxItems": 3}`` as ``[]`` alone, and
+    refuses ``minItems`` there).
     ``schema`` is normalised (a private copy): changed in place and returned."""
     from server.structured.schema_support import walk_schemas
 
@@ -232,9 +255,14 @@ def xgrammar_form(schema: JsonObject) -> JsonObject:
         if _is_object_schema(node) and not ({"additionalProperties", "unevaluatedProperties", "patternProperties",
                                              "$ref"} & node.keys()):
             node["additionalProperties"] = True
-        if "prefixItems" in node and not ({"items", "unevaluatedItems", "$ref"} & node.keys()):
+        if ("prefixItems" in node or _is_array_schema(node)) and not ({"items", "unevaluatedItems", "$ref"} & node.keys()):
             node["items"] = True
     return schema
+
+
+def _is_array_schema(node: JsonMapping) -> bool:
+    t = node.get("type")
+    return t == "array" or isinstance(t, list) and "array" in t
 
 
 def _is_object_schema(node: JsonMapping) -> bool:

@@ -16,7 +16,10 @@ per-keyword report see the rewritten schema:
   ``items``; ``additionalItems`` beside a single ``items`` schema has no effect;
 * ``format`` values outside JSON Schema's format vocabulary are annotations: dropped;
 * ``oneOf`` whose branches are pairwise disjoint (declared types, or a required property whose
-  ``const`` / ``enum`` values differ) is ``anyOf``.
+  ``const`` / ``enum`` values differ) is ``anyOf``;
+* a keyword that applies to one type only, beside a ``type`` that excludes it (``properties`` /
+  ``required`` on an array, ``minLength`` on an integer), has no effect: dropped. XGrammar 0.2.8
+  applies object keywords to an array (``{"type": "array", "required": ["a"]}`` writes only ``[]``).
 """
 from __future__ import annotations
 
@@ -39,10 +42,27 @@ _NOT_SUBSCHEMA_KEYS = frozenset({"enum", "const", "default", "examples"})  # val
 
 def rewrite_schema(schema: JsonValue) -> JsonValue:
     """A rewritten copy of ``schema`` (see the module docstring); anything else is kept as is."""
-    return _rewrite(copy.deepcopy(schema), depth=0)
+    return _rewrite(copy.deepcopy(schema), depth=0, kept=_ref_tokens(schema))
 
 
-def _rewrite(node: JsonValue, *, depth: int) -> JsonValue:
+def _ref_tokens(schema: JsonValue) -> frozenset[str]:
+    """Every token of every ``$ref`` pointer in ``schema`` (a keyword a reference may lead through
+    is never dropped: its subschemas may be reached that way, whatever ``type`` says)."""
+    out: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str):
+                out.update(t.replace("~1", "/").replace("~0", "~") for t in ref.partition("#")[2].split("/"))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(out)
+
+
+def _rewrite(node: JsonValue, *, depth: int, kept: frozenset[str] = frozenset()) -> JsonValue:
     if depth > 200 or not isinstance(node, dict):  # nesting is capped before this runs
         return node
     for key, value in list(node.items()):
@@ -50,12 +70,13 @@ def _rewrite(node: JsonValue, *, depth: int) -> JsonValue:
             continue
         if isinstance(value, dict):
             if key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"):
-                node[key] = {k: _rewrite(v, depth=depth + 1) for k, v in value.items()}
+                node[key] = {k: _rewrite(v, depth=depth + 1, kept=kept) for k, v in value.items()}
             else:
-                node[key] = _rewrite(value, depth=depth + 1)
+                node[key] = _rewrite(value, depth=depth + 1, kept=kept)
         elif isinstance(value, list) and key in ("allOf", "anyOf", "oneOf", "prefixItems", "items"):
-            node[key] = [_rewrite(v, depth=depth + 1) for v in value]
+            node[key] = [_rewrite(v, depth=depth + 1, kept=kept) for v in value]
     _drop_annotation_formats(node)
+    _drop_inapplicable(node, kept)
     _draft4_bounds(node)
     _array_items(node)
     _dependencies(node)
@@ -69,6 +90,34 @@ def _drop_annotation_formats(node: JsonObject) -> None:
     fmt = node.get("format")
     if isinstance(fmt, str) and fmt not in ASSERTED_FORMATS:
         node.pop("format")
+
+
+#: Keywords that constrain only instances of one type (JSON Schema 2020-12's validation and applicator
+#: vocabularies, and the drafts' older spellings), by that type.
+_TYPE_KEYWORDS: dict[str, frozenset[str]] = {
+    "object": frozenset({"properties", "patternProperties", "additionalProperties", "unevaluatedProperties",
+                         "propertyNames", "required", "minProperties", "maxProperties", "dependentRequired",
+                         "dependentSchemas", "dependencies"}),
+    "array": frozenset({"items", "prefixItems", "additionalItems", "unevaluatedItems", "contains", "minContains",
+                        "maxContains", "minItems", "maxItems", "uniqueItems"}),
+    "string": frozenset({"minLength", "maxLength", "pattern", "format", "contentEncoding", "contentMediaType",
+                         "contentSchema"}),
+    "number": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}),
+}
+
+
+def _drop_inapplicable(node: JsonObject, kept: frozenset[str]) -> None:
+    """Keywords of a type that ``type`` excludes: they hold for every instance, so they go (but
+    not one named in a ``$ref``: ``kept``)."""
+    types = _type_names(node.get("type"))
+    if not types or not types <= {*_TYPES, "integer"}:
+        return
+    if "integer" in types:
+        types = types | {"number"}
+    for name, keywords in _TYPE_KEYWORDS.items():
+        if name not in types:
+            for k in (keywords & node.keys()) - kept:
+                node.pop(k)
 
 
 def _draft4_bounds(node: JsonObject) -> None:

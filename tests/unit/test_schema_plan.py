@@ -100,6 +100,35 @@ def test_the_backend_is_chosen_per_schema() -> None:
         _strict(two, guidance=False)
 
 
+# One case per kind of valid document the chosen grammar could not write (MaskBench's dev half):
+# schema, a valid instance that must be writable.
+TOO_STRICT_KINDS = {
+    "array_with_bounds_and_no_items": ({"type": "object", "properties": {"t": {"type": "array", "maxItems": 3}},
+                                        "required": ["t"], "additionalProperties": False}, {"t": [1, "a"]}),
+    "array_with_an_unknown_keyword": ({"type": "array", "_uniqueItems": True}, [2022, 2023]),
+    "array_with_object_keywords": ({"type": "array", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                                   [{"b": 1}, 2]),
+    "unanchored_pattern_properties": ({"type": "object", "patternProperties": {"[a-z]+": {"type": "integer"}},
+                                       "additionalProperties": False}, {"Error1": 1}),
+    "escape_in_a_bounded_string": ({"type": "object", "properties": {"s": {"type": "string", "maxLength": 40}},
+                                    "required": ["s"], "additionalProperties": False}, {"s": 'at "x"\n\tat y'}),
+    "compact_any_value": ({"type": "object", "properties": {"a": {}}, "required": ["a"], "additionalProperties": False},
+                          {"a": [1, {"x": 2, "y": [3, 4]}]}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TOO_STRICT_KINDS))
+def test_each_too_strict_kind_is_writable_or_reported(kind: str) -> None:
+    """The chosen backend writes the valid document; XGrammar alone (an engine without llguidance)
+    writes it too, or the decision says where its grammar is stricter."""
+    schema, valid = TOO_STRICT_KINDS[kind]
+    assert jsonschema.Draft202012Validator(schema).is_valid(valid)
+    c = _strict(schema)
+    assert _accepts(c, valid), (kind, c.backend)
+    alone = _strict(schema, guidance=False)
+    assert _accepts(alone, valid) or decide_schema(schema, guidance=False).stricter, kind
+
+
 def test_a_refusal_names_keyword_pointer_and_backends() -> None:
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}
     with pytest.raises(APIError) as info:
@@ -142,6 +171,9 @@ REWRITES = [
     ({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "v": {"type": "integer"}}, "required": ["k", "v"]},
                 {"type": "object", "properties": {"k": {"const": "b"}, "v": {"type": "string"}}, "required": ["k", "v"]}]},
      [{"k": "a", "v": 1}, {"k": "b", "v": "s"}, {"k": "a", "v": "s"}, {"k": "c", "v": 1}]),
+    ({"type": "array", "properties": {"a": {"type": "integer"}}, "required": ["a"], "items": {"type": "integer"}},
+     [[], [1, 2], [{"a": 1}], {"a": 1}]),
+    ({"type": ["integer", "null"], "minLength": 3, "pattern": "^a", "maxItems": 1, "minimum": 2}, [1, 2, None, "abc", [1]]),
 ]
 
 
@@ -157,6 +189,26 @@ def test_rewrites_keep_the_valid_instances(schema: dict[str, Any], instances: li
     c = _strict(schema)  # and a backend now enforces it exactly
     for x in instances:
         assert _accepts(c, x) == cls(schema).is_valid(x), (x, c.backend)
+
+
+def test_keywords_of_an_excluded_type_are_dropped() -> None:
+    assert rewrite_schema({"type": "array", "properties": {"a": {}}, "required": ["a"], "maxItems": 2}) == \
+        {"type": "array", "maxItems": 2}
+    assert rewrite_schema({"type": ["integer", "null"], "minLength": 3, "pattern": "^a", "minimum": 2}) == \
+        {"type": ["integer", "null"], "minimum": 2}
+    for kept in ({"type": "strng", "minLength": 1}, {"type": ["object", "array"], "items": {}, "required": ["a"]},
+                 {"minLength": 1, "minimum": 1}):  # an unknown type name, both types, no type: all kept
+        assert rewrite_schema(kept) == kept
+
+
+def test_a_keyword_a_reference_leads_through_is_kept() -> None:
+    """``items`` beside ``type: object`` has no effect, but a ``$ref`` may reach a schema under it."""
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/properties/b/items"},
+                                               "b": {"type": "object", "items": {"type": "integer"}, "minItems": 2}}}
+    out = rewrite_schema(schema)
+    assert out["properties"]["b"] == {"type": "object", "items": {"type": "integer"}}  # (minItems: no reference)
+    c = _strict(schema)
+    assert _accepts(c, {"a": 1}) and not _accepts(c, {"a": "x"})
 
 
 def test_a_rewrite_that_has_no_exact_form_is_left_alone() -> None:

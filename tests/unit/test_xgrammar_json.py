@@ -15,7 +15,7 @@ import pytest
 import xgrammar as xgr
 
 from server.engine.hybrid_backend import hybrid_backend_class
-from server.engine.xgrammar_json import BOUNDED_STRING_CHAR, fix_bounded_strings, fixed_ebnf
+from server.engine.xgrammar_json import BOUNDED_STRING_CHAR, fix_any_separators, fix_bounded_strings, fixed_ebnf
 from server.lru import BoundedLRU
 from server.structured.constraints import Constraint
 from server.structured.grammar_cache import compile_constraint
@@ -210,3 +210,62 @@ def test_a_bounded_xml_parameter_cannot_hold_its_closing_tag(compiler) -> None:
                                                                               mode="auto", parallel=True)})
         fixed = fixed_ebnf("structural_tag", spec) or ""
         assert "(([^<]))" in fixed and "[\\0-\\U0010ffff]))\n" not in fixed, name
+
+
+# --- compact any-values (mlc-ai/xgrammar#945) ---------------------------------------------------
+
+# A value that may be any JSON, in each place XGrammar writes its any-value grammar
+ANY_VALUES = [{"type": "object", "properties": {"a": {}}, "required": ["a"], "additionalProperties": False},
+              {"type": "object", "properties": {"a": {"type": "array"}}, "required": ["a"], "additionalProperties": False},
+              {"type": "object", "properties": {"a": {"type": "object"}}, "required": ["a"], "additionalProperties": False},
+              {"type": "object", "properties": {"a": {"title": "no type: any value"}}, "required": ["a"],
+               "additionalProperties": False}]
+ANY_TEXTS = ['{"a":[1,2,3]}', '{"a":{"x":1,"y":[true,null]}}', '{"a":{"x":{"y":"z","w":[[1],[2,3]]}}}', '{"a":{}}',
+             '{"a":[]}', '{"a":"s"}', '{"a":[1, 2]}', '{"a":{"x":1, "y":2}}', '{"a":{"x": 1}}', '{"a":[1 ,2]}']
+
+
+@pytest.mark.parametrize("schema", ANY_VALUES, ids=range(len(ANY_VALUES)))
+def test_a_compact_any_value_is_written_compact(compiler, schema) -> None:
+    """Whitespace off (the engine's setting): every compact text of a valid document is in the
+    grammar, and no text with a blank after a separator is (as in the schema's typed parts)."""
+    accepts = _accepts(compile_constraint(compiler, Constraint("json", schema), disable_any_whitespace=True))
+    for text in ANY_TEXTS:
+        compact = json.dumps(json.loads(text), separators=(",", ":")) == text
+        assert accepts(text) == (compact and jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))), text
+
+
+def test_json_object_mode_is_written_compact(compiler) -> None:
+    accepts = _accepts(compile_constraint(compiler, Constraint("json_object", None), disable_any_whitespace=True))
+    assert accepts('{"x":1,"y":[1,2,{"z":null,"w":"v"}]}') and not accepts('{"x":1, "y":2}')
+    loose = _accepts(compile_constraint(compiler, Constraint("json_object", None)))  # whitespace on: as before
+    assert loose('{"x":1,"y":2}') and loose('{ "x" : 1 ,\n "y": [1, 2] }')
+
+
+def test_xgrammars_own_any_value_was_not_compact(compiler) -> None:
+    """The defect fixed (mlc-ai/xgrammar#945, fixed upstream after 0.2.8): if this fails, the
+    installed XGrammar writes the separators asked for and :func:`fix_any_separators` can go."""
+    own = _accepts(compiler.compile_json_schema('{"type": "object"}', any_whitespace=False, separators=(",", ":")))
+    assert own('{"x":1, "y":2}') and not own('{"x":1,"y":2}')
+
+
+def test_only_the_any_value_separators_change() -> None:
+    text = json.dumps(ANY_VALUES[0])
+    own = str(xgr.Grammar.from_json_schema(text, any_whitespace=False, separators=(",", ":"))).splitlines()
+    fixed = (fixed_ebnf("json", text, any_whitespace=False, separators=(",", ":")) or "").splitlines()
+    changed = {a.split(" ::= ")[0] for a, b in zip(own, fixed, strict=True) if a != b}
+    assert changed == {"basic_array_items", "basic_object_properties"}
+    assert fix_any_separators("\n".join(fixed), ",") == "\n".join(fixed)
+    assert fixed_ebnf("json", text) is None  # whitespace on: XGrammar's own grammar, untouched
+
+
+def test_the_engines_backend_writes_json_object_compact(backend) -> None:
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    backend.disable_any_whitespace = True  # (the engine's setting)
+    for kind, spec in [(StructuredOutputOptions.JSON_OBJECT, ""),
+                       (StructuredOutputOptions.JSON, json.dumps(ANY_VALUES[1]))]:
+        grammar = backend.compile_grammar(kind, spec)
+        head = '{"x":1' if kind == StructuredOutputOptions.JSON_OBJECT else '{"a":[1'
+        assert grammar.matcher.accept_string(head)
+        assert not grammar.matcher.accept_string(", "), kind
+        assert grammar.matcher.accept_string(',"y":2}' if kind == StructuredOutputOptions.JSON_OBJECT else ",2]}"), kind
