@@ -42,8 +42,8 @@ import re
 
 from server.lru import BoundedLRU
 
-__all__ = ["BOUNDED_RAW_CHAR", "BOUNDED_STRING_CHAR", "JSON_OBJECT_SCHEMA", "fix_any_separators", "fix_bounded_strings", "fixed_ebnf",
-           "fixes_needed"]
+__all__ = ["BOUNDED_RAW_CHAR", "BOUNDED_STRING_CHAR", "JSON_OBJECT_SCHEMA", "fix_any_separators", "fix_bounded_strings",
+           "fixed_ebnf", "fixes_needed"]
 
 #: The class of a length-bounded JSON string's characters as gramserve lets XGrammar write them:
 #: anything but the C0 controls, the quote and the backslash (no escapes: see the module docstring).
