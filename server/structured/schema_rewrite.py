@@ -15,8 +15,9 @@ per-keyword report see the rewritten schema:
 * array-form ``items`` with ``additionalItems`` (draft 2019 and older) as ``prefixItems`` /
   ``items``; ``additionalItems`` beside a single ``items`` schema has no effect;
 * ``format`` values outside JSON Schema's format vocabulary are annotations: dropped;
-* ``oneOf`` whose branches are pairwise disjoint (declared types, or a required property whose
-  ``const`` / ``enum`` values differ) is ``anyOf``;
+* ``oneOf`` whose branches are pairwise disjoint (declared types, listed values, or a required
+  property whose ``const`` / ``enum`` values differ; a local ``$ref`` read through, an ``anyOf`` /
+  ``oneOf`` by its branches' types) is ``anyOf``;
 * a keyword that applies to one type only, beside a ``type`` that excludes it (``properties`` /
   ``required`` on an array, ``minLength`` on an integer), has no effect: dropped. XGrammar 0.2.8
   applies object keywords to an array (``{"type": "array", "required": ["a"]}`` writes only ``[]``).
@@ -25,8 +26,11 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from server.json_types import JsonArray, JsonObject, JsonValue
+from server.structured.schema_refs import resolve_ref
 
 __all__ = ["rewrite_schema", "ASSERTED_FORMATS"]
 
@@ -42,7 +46,7 @@ _NOT_SUBSCHEMA_KEYS = frozenset({"enum", "const", "default", "examples"})  # val
 
 def rewrite_schema(schema: JsonValue) -> JsonValue:
     """A rewritten copy of ``schema`` (see the module docstring); anything else is kept as is."""
-    return _rewrite(copy.deepcopy(schema), depth=0, kept=_ref_tokens(schema))
+    return _rewrite(copy.deepcopy(schema), depth=0, kept=_ref_tokens(schema), root=schema)
 
 
 def _ref_tokens(schema: JsonValue) -> frozenset[str]:
@@ -55,14 +59,14 @@ def _ref_tokens(schema: JsonValue) -> frozenset[str]:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str):
-                out.update(t.replace("~1", "/").replace("~0", "~") for t in ref.partition("#")[2].split("/"))
+                out.update(unquote(t).replace("~1", "/").replace("~0", "~") for t in ref.partition("#")[2].split("/"))
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
     return frozenset(out)
 
 
-def _rewrite(node: JsonValue, *, depth: int, kept: frozenset[str] = frozenset()) -> JsonValue:
+def _rewrite(node: JsonValue, *, depth: int, kept: frozenset[str] = frozenset(), root: JsonValue = None) -> JsonValue:
     if depth > 200 or not isinstance(node, dict):  # nesting is capped before this runs
         return node
     for key, value in list(node.items()):
@@ -70,11 +74,11 @@ def _rewrite(node: JsonValue, *, depth: int, kept: frozenset[str] = frozenset())
             continue
         if isinstance(value, dict):
             if key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"):
-                node[key] = {k: _rewrite(v, depth=depth + 1, kept=kept) for k, v in value.items()}
+                node[key] = {k: _rewrite(v, depth=depth + 1, kept=kept, root=root) for k, v in value.items()}
             else:
-                node[key] = _rewrite(value, depth=depth + 1, kept=kept)
+                node[key] = _rewrite(value, depth=depth + 1, kept=kept, root=root)
         elif isinstance(value, list) and key in ("allOf", "anyOf", "oneOf", "prefixItems", "items"):
-            node[key] = [_rewrite(v, depth=depth + 1, kept=kept) for v in value]
+            node[key] = [_rewrite(v, depth=depth + 1, kept=kept, root=root) for v in value]
     _drop_annotation_formats(node)
     _drop_inapplicable(node, kept)
     _draft4_bounds(node)
@@ -82,7 +86,7 @@ def _rewrite(node: JsonValue, *, depth: int, kept: frozenset[str] = frozenset())
     _dependencies(node)
     node = _eliminate_not(node)
     if isinstance(node, dict):
-        _disjoint_one_of(node)
+        _disjoint_one_of(node, root)
     return node
 
 
@@ -245,18 +249,71 @@ def _type_names(value: JsonValue) -> set[str] | None:
     return None
 
 
-#: A oneOf branch's declared types (None: any) and, per required property, its allowed values (as JSON).
-_Facts = tuple[set[str] | None, dict[str, set[str]]]
+@dataclass(frozen=True)
+class _Facts:
+    """What every instance a ``oneOf`` branch accepts has in common (each part None: unknown)."""
+
+    types: frozenset[str] | None = None  # its JSON types ("integer" wherever "number" is)
+    values: frozenset[str] | None = None  # the only values it accepts (``const`` / ``enum``), canonical JSON
+    keys: dict[str, frozenset[str]] = field(default_factory=dict)  # per required property, its allowed values
+
+    def both(self, other: _Facts) -> _Facts:
+        """The facts of an instance that both describe."""
+        keys = dict(self.keys)
+        for name, allowed in other.keys.items():
+            keys[name] = keys[name] & allowed if name in keys else allowed
+        return _Facts(_meet(self.types, other.types), _meet(self.values, other.values), keys)
 
 
-def _branch_facts(branch: JsonValue) -> _Facts:
-    """A branch's declared types (None: any) and, per required property, its allowed values."""
-    if not isinstance(branch, dict):
-        return None, {}
-    types = _type_names(branch.get("type"))  # (a malformed ``type``: any, so never disjoint)
-    if types and "number" in types:
-        types |= {"integer"}
-    values: dict[str, set[str]] = {}
+def _meet(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    return b if a is None else a if b is None else a & b
+
+
+def _canonical(value: JsonValue) -> str:
+    """``value`` as JSON that is equal exactly when the values are (``1`` and ``1.0`` alike)."""
+    def norm(v: JsonValue) -> JsonValue:
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, list):
+            return [norm(x) for x in v]
+        if isinstance(v, dict):
+            return {k: norm(x) for k, x in v.items()}
+        return v
+    return json.dumps(norm(value), sort_keys=True)
+
+
+def _value_type(text: str) -> str:
+    value = json.loads(text)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "integer" if isinstance(value, int) else "number"
+    return "string" if isinstance(value, str) else "array" if isinstance(value, list) else "object"
+
+
+#: Schemas one ``oneOf``'s facts may read (its branches, what they reference, their branches): past it, unknown.
+_FACTS_BUDGET = 256
+
+
+def _branch_facts(branch: JsonValue, root: JsonValue, budget: list[int]) -> _Facts:
+    """What every instance ``branch`` accepts has in common: its own ``type``, ``const`` / ``enum``
+    and required discriminators, those of the schema a local ``$ref`` names, and the types of its
+    ``anyOf`` / ``oneOf`` branches (all known); sound, never complete. ``budget``: schemas left to
+    read (a cycle of references, or a wide tree, ends as unknown)."""
+    if branch is False:
+        return _Facts(types=frozenset())
+    budget[0] -= 1
+    if not isinstance(branch, dict) or budget[0] < 0:  # (``true``, a malformed node, the budget spent)
+        return _Facts()
+    names = _type_names(branch.get("type"))  # (a malformed ``type``: any, so never disjoint)
+    types = None if names is None else frozenset(names | ({"integer"} if "number" in names else set()))
+    values = frozenset([_canonical(branch["const"])]) if "const" in branch else None
+    enum = branch.get("enum")
+    if isinstance(enum, list):
+        values = _meet(values, frozenset(_canonical(v) for v in enum))
+    keys: dict[str, frozenset[str]] = {}
     declared = branch.get("properties")
     props: JsonObject = declared if isinstance(declared, dict) else {}
     required = branch.get("required")
@@ -267,23 +324,40 @@ def _branch_facts(branch: JsonValue) -> _Facts:
         if isinstance(sub, dict):
             listed = [sub["const"]] if "const" in sub else sub.get("enum")
             if isinstance(listed, list):
-                values[name] = {json.dumps(v, sort_keys=True) for v in listed}
-    return types, values
+                keys[name] = frozenset(_canonical(v) for v in listed)
+    facts = _Facts(types, values, keys)
+    ref = branch.get("$ref")
+    if isinstance(ref, str):
+        target = resolve_ref(root, ref)
+        if target is not None:
+            facts = facts.both(_branch_facts(target[1], root, budget))
+    for key in ("anyOf", "oneOf"):
+        subs = _listed(branch.get(key))
+        if subs:
+            each = [_branch_facts(sub, root, budget).types for sub in subs]
+            if all(t is not None for t in each):
+                facts = facts.both(_Facts(types=frozenset().union(*(t for t in each if t is not None))))
+    return facts
 
 
 def _disjoint(a: _Facts, b: _Facts) -> bool:
-    (ta, va), (tb, vb) = a, b
-    if ta is not None and tb is not None and not (ta & tb):
+    if a.types is not None and b.types is not None and not (a.types & b.types):
         return True
+    if a.values is not None and b.values is not None and not (a.values & b.values):
+        return True
+    for x, y in ((a, b), (b, a)):
+        if x.values is not None and y.types is not None and all(_value_type(v) not in y.types for v in x.values):
+            return True
     # both must be objects for a required discriminator to apply to every instance they accept
-    objects = ta == {"object"} and tb == {"object"}
-    return objects and any(name in vb and not (va[name] & vb[name]) for name in va)
+    objects = a.types == {"object"} and b.types == {"object"}
+    return objects and any(name in b.keys and not (a.keys[name] & b.keys[name]) for name in a.keys)
 
 
-def _disjoint_one_of(node: JsonObject) -> None:
+def _disjoint_one_of(node: JsonObject, root: JsonValue) -> None:
     branches = node.get("oneOf")
     if not isinstance(branches, list) or len(branches) < 2 or "anyOf" in node:
         return
-    facts = [_branch_facts(b) for b in branches]
+    budget = [_FACTS_BUDGET]
+    facts = [_branch_facts(b, root, budget) for b in branches]
     if all(_disjoint(facts[i], facts[j]) for i in range(len(facts)) for j in range(i + 1, len(facts))):
         node["anyOf"] = node.pop("oneOf")

@@ -171,6 +171,11 @@ REWRITES = [
     ({"oneOf": [{"type": "object", "properties": {"k": {"const": "a"}, "v": {"type": "integer"}}, "required": ["k", "v"]},
                 {"type": "object", "properties": {"k": {"const": "b"}, "v": {"type": "string"}}, "required": ["k", "v"]}]},
      [{"k": "a", "v": 1}, {"k": "b", "v": "s"}, {"k": "a", "v": "s"}, {"k": "c", "v": 1}]),
+    ({"type": "object", "properties": {"v": {"oneOf": [{"type": "number"}, {"$ref": "#/$defs/e"}]}},
+      "$defs": {"e": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "integer"}}]}}},
+     [{"v": 1}, {"v": "x"}, {"v": [1]}, {"v": [1.5]}, {"v": None}]),
+    ({"oneOf": [{"type": "string", "enum": ["a", "b"]}, {"type": "string", "enum": ["c"]}, {"const": 1}, {"type": "null"}]},
+     ["a", "c", "d", 1, None, 2]),
     ({"type": "array", "properties": {"a": {"type": "integer"}}, "required": ["a"], "items": {"type": "integer"}},
      [[], [1, 2], [{"a": 1}], {"a": 1}]),
     ({"type": ["integer", "null"], "minLength": 3, "pattern": "^a", "maxItems": 1, "minimum": 2}, [1, 2, None, "abc", [1]]),
@@ -216,6 +221,11 @@ def test_a_rewrite_that_has_no_exact_form_is_left_alone() -> None:
     assert rewrite_schema(schema) == schema
     overlapping = {"oneOf": [{"type": "integer"}, {"type": "number"}]}
     assert rewrite_schema(overlapping) == overlapping
+    for shared in ({"oneOf": [{"const": 1}, {"const": 1.0}]}, {"oneOf": [{"enum": [1, "x"]}, {"type": "number"}]},
+                   {"oneOf": [{"type": "number"}, {"$ref": "#/$defs/e"}], "$defs": {"e": {"anyOf": [{"minimum": 1}]}}},
+                   {"oneOf": [{"type": "number"}, {"$ref": "#/$defs/e"}],  # a cycle: unknown
+                    "$defs": {"e": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/e"}]}}}):
+        assert rewrite_schema(shared) == shared, shared
 
 
 # --- one verdict everywhere --------------------------------------------------------------------
