@@ -217,3 +217,35 @@ def test_a_length_bounded_string_never_holds_a_raw_control_character(client, mod
                                        logit_bias=bias, tools=[tool], tool_choice="required")
     call = r.choices[0].message.tool_calls[0]
     Note.model_validate_json(call.function.arguments)  # strict JSON: no raw control character in a string
+
+
+def _outside_strings(text: str) -> str:
+    """``text``'s characters outside JSON strings (a prefix of JSON will do)."""
+    out, inside, escaped = [], False, False
+    for ch in text:
+        if inside:
+            escaped, inside = (not escaped and ch == "\\"), inside and (escaped or ch != '"')
+        elif ch == '"':
+            inside = True
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("fmt", ["json_object", "any_items"])
+def test_an_any_value_is_written_compact_as_the_rest(client, model, fmt):
+    """The engine writes JSON without whitespace (vLLM's disable_any_whitespace); XGrammar 0.2.8 still
+    forced ", " between the members and items of a value that may be any JSON (``json_object``, an
+    array without ``items``): mlc-ai/xgrammar#945, fixed in server/engine/xgrammar_json.py."""
+    schema = {"type": "object", "properties": {"facts": {"type": "array", "maxItems": 6}}, "required": ["facts"],
+              "additionalProperties": False}
+    response_format = ({"type": "json_object"} if fmt == "json_object" else
+                       {"type": "json_schema", "json_schema": {"name": "facts", "schema": schema, "strict": True}})
+    r = client.chat.completions.create(model=model, temperature=0, max_tokens=120, response_format=response_format,
+                                       messages=[{"role": "user", "content": "Give me a JSON object of facts about a cat."}])
+    text = r.choices[0].message.content
+    outside = _outside_strings(text)
+    assert outside.count(",") >= 1, text  # a second member or item: where the old grammar forced a blank
+    assert not any(ch.isspace() for ch in outside), text
+    if r.choices[0].finish_reason == "stop":
+        json.loads(text)
