@@ -36,6 +36,7 @@ import jsonschema
 import xgrammar as xgr
 
 from evals.data import testdata_root
+from server.json_types import integral_numbers
 
 __all__ = [
     "Case",
@@ -197,13 +198,7 @@ def _schema_ordered(data: Any, orders: list[list[str]]) -> Any:
 
 def _integral(data: Any) -> Any:
     """1.0 → 1: JSON Schema treats integral floats as integers; the grammar's integer rule does not."""
-    if isinstance(data, float) and data.is_integer() and abs(data) < 2**63:
-        return int(data)
-    if isinstance(data, list):
-        return [_integral(x) for x in data]
-    if isinstance(data, dict):
-        return {k: _integral(v) for k, v in data.items()}
-    return data
+    return integral_numbers(data, below=2**63)
 
 
 def serialisations(data: Any, schema: Any) -> dict[str, str]:

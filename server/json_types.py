@@ -1,5 +1,5 @@
 """The types of JSON data as it runs through the server (request bodies, schemas, tool specs), and
-the one walk every layer needs of it (how deep it nests).
+the walks every layer needs of it (how deep it nests; integral numbers as integers).
 
 A leaf module (it imports nothing of the server), so every layer can name what it carries instead
 of ``Any``. ``JsonValue`` is exactly what ``json.loads`` can return; code that reads a field of a
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeAlias
 
-__all__ = ["JsonValue", "JsonObject", "JsonArray", "JsonMapping", "nesting_exceeds"]
+__all__ = ["JsonValue", "JsonObject", "JsonArray", "JsonMapping", "integral_numbers", "nesting_exceeds"]
 
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
 JsonObject: TypeAlias = "dict[str, JsonValue]"
@@ -33,3 +33,15 @@ def nesting_exceeds(doc: JsonValue, limit: int) -> bool:
         if not level:
             return False
     return True
+
+
+def integral_numbers(value: JsonValue, *, below: float = float("inf")) -> JsonValue:
+    """``value`` with every integral float (``1.0``) an int, as JSON Schema reads it (``1.0`` is an
+    integer and equals ``1``); only those of magnitude under ``below``."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < below:
+        return int(value)
+    if isinstance(value, list):
+        return [integral_numbers(x, below=below) for x in value]
+    if isinstance(value, dict):
+        return {k: integral_numbers(v, below=below) for k, v in value.items()}
+    return value

@@ -29,7 +29,7 @@ import json
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from server.json_types import JsonArray, JsonObject, JsonValue
+from server.json_types import JsonArray, JsonObject, JsonValue, integral_numbers
 from server.structured.schema_refs import resolve_ref
 
 __all__ = ["rewrite_schema", "ASSERTED_FORMATS"]
@@ -271,15 +271,7 @@ def _meet(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] 
 
 def _canonical(value: JsonValue) -> str:
     """``value`` as JSON that is equal exactly when the values are (``1`` and ``1.0`` alike)."""
-    def norm(v: JsonValue) -> JsonValue:
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, list):
-            return [norm(x) for x in v]
-        if isinstance(v, dict):
-            return {k: norm(x) for k, x in v.items()}
-        return v
-    return json.dumps(norm(value), sort_keys=True)
+    return json.dumps(integral_numbers(value), sort_keys=True)
 
 
 def _value_type(text: str) -> str:
