@@ -192,10 +192,15 @@ def _xgrammar_incomplete(schema: JsonObject) -> list[Problem]:
         if isinstance(names, dict) and not all(_anchored(p) for p in names):
             out.append(Problem("xgrammar", "patternProperties", pointer,
                                "an unanchored name pattern is matched whole, not searched"))
-        if isinstance(node.get("minLength") or node.get("maxLength"), int) and _is_bounded_json_string(node):
-            out.append(Problem("xgrammar", "maxLength" if "maxLength" in node else "minLength", pointer,
+        bounds = [k for k in ("minLength", "maxLength") if _positive(node.get(k))]
+        if bounds and _is_bounded_json_string(node):  # (0 and 0 / none: XGrammar writes "" or any string)
+            out.append(Problem("xgrammar", bounds[-1], pointer,
                                "a length-bounded string cannot hold an escape (a quote, a backslash, a newline)"))
     return out
+
+
+def _positive(value: JsonValue) -> bool:
+    return isinstance(value, int) and value > 0
 
 
 def _anchored(pattern: str) -> bool:
