@@ -34,7 +34,7 @@ from server.config import MAX_SCHEMA_DEPTH
 from server.engine.budget_plan import BUDGET_PREFIX
 from server.json_types import JsonMapping, JsonObject, JsonValue, nesting_exceeds
 from server.lru import BoundedLRU
-from server.structured.errors import GRAMMAR_ERRORS, ConstraintError
+from server.structured.errors import GRAMMAR_ERRORS, ConstraintError, grammar_error_message
 from server.structured.tool_grammar import (
     EMPTY_OBJECT,
     const,
@@ -45,7 +45,7 @@ from server.structured.tool_grammar import (
     seq,
     tool_call_format,
 )
-from server.structured.tools import ToolSpec
+from server.structured.tools import Tool, ToolSpec
 from server.structured.vllm_limits import vllm_json_refusal
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,7 +72,6 @@ STRUCTURAL_TAG_WRAPPER_NESTING = 16
 # Whitespace a model typically writes between ``</think>`` and the constrained answer.
 _AFTER_REASONING_WS = r"[ \t\r\n]{0,8}"
 _VLLM_OPTION_KEYS = frozenset({"disable_any_whitespace", "disable_additional_properties", "whitespace_pattern"})
-_XGR_NOISE = re.compile(r"^\[\d\d:\d\d:\d\d\] \S+:\d+: (Check failed: \(.*?\) is false: )?")
 
 
 @dataclass(frozen=True)
@@ -146,9 +145,7 @@ def _reasoning_prefix(spec: ReasoningSpec) -> JsonObject:
 # Validation helpers (same xgrammar entry points vLLM uses; no tokenizer needed).
 
 
-def _xgr_message(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return _XGR_NOISE.sub("", text).strip() or type(exc).__name__
+_xgr_message = grammar_error_message
 
 
 _UNSEEN = object()
@@ -375,8 +372,9 @@ def _from_structured_outputs(so: JsonMapping, guidance: JsonObject | None = None
 
 
 
-def _tool_arguments_schema(params: JsonValue, param: str) -> JsonValue:
-    """The schema the arguments must follow; parameterless tools get exactly ``{}``."""
+def _tool_arguments_schema(params: JsonValue, param: str) -> JsonObject | None:
+    """The object schema the arguments must follow as sent (checked), or None for a parameterless
+    tool (exactly ``{}``)."""
     if params is None or params == {} or (
         isinstance(params, dict)
         and params.get("type") == "object"
@@ -385,41 +383,48 @@ def _tool_arguments_schema(params: JsonValue, param: str) -> JsonValue:
         and not params.get("required")
         and params.get("additionalProperties", False) is False
     ):
-        return cast(JsonObject, EMPTY_OBJECT)  # JSON: tool_grammar's literal infers as dict[str, object]
+        return None
     check_schema(params, param)
-    if isinstance(params, dict):
-        t = params.get("type")
-        if t is None:
-            params = {"type": "object", **params}
-        elif t != "object" and not (isinstance(t, list) and "object" in t):
-            raise ConstraintError(f"{param} must describe an object (type 'object'), got type {t!r}.", param)
-        elif isinstance(t, list):
-            params = {**params, "type": "object"}
-    else:  # `true`: any JSON, but arguments are always an object
-        params = {"type": "object"}
-    return _typed_arrays(params)
-
-
-def _typed_arrays(schema: JsonValue) -> JsonValue:
-    """``schema`` with ``items: {}`` spelled out where an array schema gives none: XGrammar (JSON
-    and every XML argument style) reads an array without ``items`` as the empty array only."""
-    if isinstance(schema, list):
-        return [_typed_arrays(x) for x in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: v if k in ("enum", "const", "default", "examples") else _typed_arrays(v) for k, v in schema.items()}
-    t = out.get("type")
-    if (t == "array" or (isinstance(t, list) and "array" in t)) and not ({"items", "prefixItems"} & out.keys()):
-        out["items"] = {}
-    return out
+    if not isinstance(params, dict):  # `true`: any JSON, but arguments are always an object
+        return {"type": "object"}
+    t = params.get("type")
+    if t is None:
+        return {"type": "object", **params}
+    if t != "object" and not (isinstance(t, list) and "object" in t):
+        raise ConstraintError(f"{param} must describe an object (type 'object'), got type {t!r}.", param)
+    return {**params, "type": "object"} if isinstance(t, list) else params
 
 
 def _tool_entries(tools: ToolSpec) -> list[tuple[str, JsonValue]]:
     """(name, arguments schema) of each tool the model may call; every tool's schema is checked
-    (one left out by ``allowed_tools`` is still rendered in the prompt)."""
-    schemas = {t.name: _tool_arguments_schema(t.parameters, f"tools[{t.index}].function.parameters")
-               for t in tools.tools}
-    return [(t.name, schemas[t.name]) for t in tools.callable]
+    (one left out by ``allowed_tools`` is still rendered in the prompt). Each schema is then
+    rewritten exactly (``schema_plan.tool_schemas``, all in one call: see
+    tests/unit/test_request_path.py); a ``strict`` tool's must be one XGrammar enforces exactly
+    (else a 400, as a strict response format), another is enforced as far as XGrammar goes and its
+    calls are checked afterwards."""
+    from server.structured.schema_plan import tool_schemas
+
+    sent: list[tuple[Tool, JsonObject]] = []
+    schemas: dict[str, JsonValue] = {}
+    for t in tools.tools:  # (loops, not comprehensions: no call back into this module after tool_schemas)
+        params = _tool_arguments_schema(t.parameters, f"tools[{t.index}].function.parameters")
+        if params is None:
+            schemas[t.name] = cast(JsonObject, EMPTY_OBJECT)  # JSON: tool_grammar's literal infers as dict[str, object]
+        else:
+            sent.append((t, params))
+    for (t, _), (form, problems) in zip(sent, tool_schemas([(p, t.strict) for t, p in sent]), strict=True):
+        if problems:
+            param = f"tools[{t.index}].function.parameters"
+            listed = "; ".join(p.message() for p in problems)
+            raise ConstraintError(
+                f"{param}: the strict tool {t.name!r} has a schema the tool-call grammar cannot enforce exactly "
+                f"(XGrammar writes every call): {listed}. Remove or rewrite these keywords, or set the tool's "
+                "strict to false to have its arguments validated after generation.", param, code="unsupported_schema")
+        schemas[t.name] = form
+    entries: list[tuple[str, JsonValue]] = []
+    for t in tools.callable:
+        entries.append((t.name, schemas[t.name]))
+    return entries
 
 
 def _finish(fmt: JsonObject, reasoning: ReasoningSpec | None, plain: Constraint | None) -> Constraint:

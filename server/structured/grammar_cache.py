@@ -81,8 +81,9 @@ def compile_constraint(compiler: xgr.GrammarCompiler, constraint: Constraint, *,
         if kind == "json":
             return compiler.compile_json_schema(text, any_whitespace=not disable_any_whitespace, separators=separators)
         return compiler.compile_structural_tag(text)
-    if kind == "json_object":
-        fixed = fixed_ebnf("json", JSON_OBJECT_SCHEMA, any_whitespace=not disable_any_whitespace, separators=separators)
+    if kind == "json_object":  # (only its any-value's separators can need a fix: with whitespace off)
+        fixed = fixed_ebnf("json", JSON_OBJECT_SCHEMA, any_whitespace=False, separators=separators) \
+            if disable_any_whitespace else None
         if fixed is not None:
             return compiler.compile_grammar(fixed)
         return compiler.compile_json_schema(

@@ -30,11 +30,11 @@ from typing import Literal, NotRequired, TypedDict
 
 from server.json_types import JsonMapping, JsonObject, JsonValue
 from server.lru import BoundedLRU
-from server.structured.errors import GRAMMAR_ERRORS
+from server.structured.errors import GRAMMAR_ERRORS, grammar_error_message
 from server.structured.schema_support import KeywordUse, analyze_schema, normalize_schema
 
 __all__ = ["BACKENDS", "Backend", "DecisionReport", "Problem", "ProblemReport", "SchemaDecision", "decide_schema",
-           "xgrammar_form"]
+           "tool_schema", "tool_schemas", "xgrammar_form"]
 
 Backend = Literal["llguidance", "xgrammar"]
 BACKENDS: tuple[Backend, ...] = ("xgrammar", "llguidance")  # tried in this order
@@ -167,6 +167,54 @@ def _decide(schema: JsonObject, *, guidance: bool) -> SchemaDecision:
     backend: Backend | None = next((b for b, ok in order if ok), None)
     return SchemaDecision(backend, normal, x_schema, tuple(ll), tuple(xg), tuple(report.entries),
                           tuple(stricter))
+
+
+_TOOL_MEMO: BoundedLRU[str, tuple[JsonObject, tuple[Problem, ...]]] = BoundedLRU(max_entries=1024, max_chars=32 << 20)
+
+
+def tool_schema(schema: JsonObject, *, strict: bool = False) -> tuple[JsonObject, tuple[Problem, ...]]:
+    """A tool's ``parameters`` as the tool-call grammar takes them (the exact rewrites of
+    ``normalize_schema``: draft 4's boolean bounds, ``not``, ``dependencies``, ... which XGrammar
+    would misread or refuse; an array's missing ``items`` spelled out), and, for a ``strict`` tool,
+    where XGrammar, which writes every call, is not exact on them (empty: it is; as for a response
+    format, a grammar stricter than the schema is not a problem; not looked at for another tool).
+    Tool calls live in XGrammar's structural tag, so llguidance is no way out. Remembered per process."""
+    key = ("s" if strict else "n") + json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    found = _TOOL_MEMO.get(key)
+    if found is None:
+        normal = _typed_arrays(normalize_schema(schema))
+        problems: list[Problem] = []
+        if strict:
+            problems = [Problem("xgrammar", e.keyword, e.pointer, e.note or e.level.lower())
+                        for e in analyze_schema(normal, strict_mode=True).entries if e.level in ("LOOSE", "REJECTED")]
+            conversion = _xgrammar_conversion_problem(normal)
+            if conversion:
+                problems.append(Problem("xgrammar", "schema", "", conversion))
+        found = (normal, tuple(problems))
+        _TOOL_MEMO.put(key, found)
+    return found
+
+
+def tool_schemas(sent: list[tuple[JsonObject, bool]]) -> list[tuple[JsonObject, tuple[Problem, ...]]]:
+    """:func:`tool_schema` of each (schema, strict) pair, in one call."""
+    return [tool_schema(schema, strict=strict) for schema, strict in sent]
+
+
+def _typed_arrays(schema: JsonObject) -> JsonObject:
+    """``schema`` with ``items: {}`` spelled out where an array schema gives none: XGrammar (JSON
+    and every XML argument style) reads an array without ``items`` as the empty array only."""
+    def walk(node: JsonValue) -> JsonValue:
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: v if k in ("enum", "const", "default", "examples") else walk(v) for k, v in node.items()}
+        if _is_array_schema(out) and not ({"items", "prefixItems"} & out.keys()):
+            out["items"] = {}
+        return out
+    typed = walk(schema)
+    assert isinstance(typed, dict)
+    return typed
 
 
 def _xgrammar_incomplete(schema: JsonObject) -> list[Problem]:
@@ -334,10 +382,8 @@ def _xgrammar_conversion_problem(schema: JsonObject) -> str | None:
     """XGrammar's own refusal to convert ``schema`` (e.g. a construct it cannot compile)."""
     import xgrammar as xgr
 
-    from server.structured.constraints import _xgr_message
-
     try:
         xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=True)
     except GRAMMAR_ERRORS as exc:
-        return f"cannot be compiled: {_xgr_message(exc)}"
+        return f"cannot be compiled: {grammar_error_message(exc)}"
     return None

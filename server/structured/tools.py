@@ -39,12 +39,14 @@ class ToolChoice:
 
 @dataclass(frozen=True)
 class Tool:
-    """One function tool: its ``name``, its ``parameters`` schema as sent (None: none given), and
-    ``index``, its place in ``tools`` (errors name ``tools[index]``)."""
+    """One function tool: its ``name``, its ``parameters`` schema as sent (None: none given),
+    ``index``, its place in ``tools`` (errors name ``tools[index]``), and ``strict`` (the function's
+    ``strict: true``: its schema must be enforced exactly, else a 400)."""
 
     name: str
     parameters: JsonValue = None
     index: int = 0
+    strict: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class ToolSpec:
             "mode": c.mode, "offered": c.mode != "none", "names": tuple(t.name for t in returned),
             "callable": tuple(t for t in self.tools if t.name == c.named) if c.mode == "named" else returned,
             "schemas": {t.name: t.parameters or {} for t in returned},
-            "key": [[[t.name, t.parameters] for t in self.tools],
+            "key": [[[t.name, t.parameters, t.strict] for t in self.tools],
                     [c.mode, c.named, None if c.allowed is None else list(c.allowed)],
                     self.parallel, self.legacy, [n for n in sorted(self.custom)]],
         }
@@ -148,7 +150,7 @@ def _read_tool(i: int, tool: JsonValue, seen: set[str]) -> Tool:
     if name in seen:
         raise ConstraintError(f"tools[{i}]: the tool name {name!r} is used twice.", f"tools[{i}].function.name")
     seen.add(name)
-    return Tool(name, fn.get("parameters"), i)
+    return Tool(name, fn.get("parameters"), i, strict=fn.get("strict") is True)
 
 
 def tool_spec_of(tools: Sequence[JsonValue], choice: str | Mapping[str, JsonValue] | None = None, *,

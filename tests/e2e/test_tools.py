@@ -427,3 +427,23 @@ def test_legacy_functions_api(client, model):
     assert ch.finish_reason == "function_call" and ch.message.function_call.name == fn["name"], ch
     Draft202012Validator(fn["parameters"]).validate(json.loads(ch.message.function_call.arguments))
     assert not ch.message.tool_calls
+
+
+def test_a_strict_tool_the_grammar_cannot_enforce_exactly_is_a_400(client, model):
+    """``strict: true`` on a function (the default of openai-agents' function tools) promises
+    arguments that always fit: a schema the tool-call grammar enforces loosely is refused up front,
+    as OpenAI refuses it; the same tool without ``strict`` is served and its calls checked afterwards."""
+    params = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3,
+                                                         "uniqueItems": True}},
+              "required": ["tags"], "additionalProperties": False}
+    tool = {"type": "function", "function": {"name": "tag", "parameters": params, "strict": True}}
+    messages = [{"role": "user", "content": "Tag this post about cats."}]
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=messages, tools=[tool], tool_choice="required", max_tokens=64)
+    err = e.value.body
+    assert err["param"] == "tools[0].function.parameters" and err["code"] == "unsupported_schema", err
+    assert "uniqueItems at /properties/tags" in err["message"] and "'tag'" in err["message"], err
+    loose = {"type": "function", "function": {"name": "tag", "parameters": params}}
+    r = client.chat.completions.create(model=model, messages=messages, tools=[loose], tool_choice="required",
+                                       max_tokens=64, temperature=0)
+    assert r.choices[0].message.tool_calls[0].function.name == "tag"

@@ -537,3 +537,40 @@ def test_schema_checks_are_remembered_and_name_each_callers_param(monkeypatch) -
     assert str(exc.value).startswith("response_format.json_schema.schema is not a valid JSON Schema")
     constraints.check_schema(dict(good), "y")
     assert calls == [], "a schema seen before is not validated again"
+
+
+# ------------------------------------------------------------------------------- strict tools
+
+def _strict_tool(params: dict[str, Any], *, strict: bool = True) -> list[dict[str, Any]]:
+    return [{"type": "function", "function": {"name": "f", "parameters": params, "strict": strict}}]
+
+
+@pytest.mark.parametrize("params,keyword", [
+    ({"type": "object", "properties": {"t": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}},
+      "required": ["t"]}, "uniqueItems at /properties/t"),
+    ({"type": "object", "properties": {"t": {"type": "string", "pattern": "^a.*$", "minLength": 3}}, "required": ["t"]},
+     "minLength at /properties/t"),
+])
+def test_a_strict_tool_xgrammar_cannot_enforce_is_a_400(params: dict[str, Any], keyword: str, accepts) -> None:
+    """``strict: true`` on a function means its arguments always fit (OpenAI's word): a schema the
+    tool-call grammar enforces loosely is refused, naming the keyword; without ``strict`` the request
+    is served and the arguments are checked afterwards (the loose grammar lets a misfit through)."""
+    with pytest.raises(ConstraintError) as info:
+        build(tools=_strict_tool(params), tool_choice="required", tool_format="hermes")
+    assert info.value.param == "tools[0].function.parameters" and info.value.code == "unsupported_schema"
+    assert keyword in info.value.message and "strict to false" in info.value.message
+    loose = build(tools=_strict_tool(params, strict=False), tool_choice="required", tool_format="hermes")
+    misfit = {"t": ["a", "a"]} if "uniqueItems" in keyword else {"t": "a"}
+    assert accepts(loose, call_text("hermes", [("f", json.dumps(misfit))]))
+
+
+def test_a_tool_is_enforced_in_its_exact_rewrite(accepts) -> None:
+    """A tool's schema takes the response formats' exact rewrites (here draft 4's boolean
+    ``exclusiveMinimum``, which XGrammar refused to compile: "Value must be a number"), strict or
+    not, so its calls fit it exactly."""
+    params = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "object", "required": ["n"],
+              "properties": {"n": {"type": "integer", "minimum": 3, "exclusiveMinimum": True}}}
+    for strict in (True, False):
+        c = build(tools=_strict_tool(params, strict=strict), tool_choice="required", tool_format="hermes")
+        assert not accepts(c, call_text("hermes", [("f", '{"n": 3}')]))
+        assert accepts(c, call_text("hermes", [("f", '{"n": 4}')]))

@@ -89,7 +89,7 @@ def test_grammar_accepts_the_real_call_text(family: str, case: str) -> None:
 
 def test_an_array_without_items_takes_elements() -> None:
     """XGrammar's XML argument styles read an array schema without 'items' as the empty array only;
-    the tool's schema gets 'items': {} spelled out (constraints._typed_arrays)."""
+    the tool's schema gets 'items': {} spelled out (schema_plan._typed_arrays)."""
     assert fc.grammar_accepts("deepseek_v4", GRAMMAR_TOOLS, _in("deepseek_v4", "object_and_array_params"))
 
 
