@@ -17,7 +17,7 @@ from referencing import Registry
 
 from server.json_types import JsonMapping, JsonObject, JsonValue
 
-__all__ = ["RefProblem", "check_refs", "escape_token", "local_validator", "resolve_ref"]
+__all__ = ["ref_tokens", "RefProblem", "check_refs", "escape_token", "local_validator", "resolve_ref"]
 
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
@@ -60,6 +60,13 @@ def _walk(node: JsonValue, pointer: str = "") -> Iterator[tuple[str, JsonObject]
             yield from _walk(child, f"{pointer}/items/{i}")
 
 
+def ref_tokens(ref: str) -> list[str]:
+    """The tokens of a ``$ref``'s JSON pointer (``#/a/b`` -> ``["a", "b"]``; what follows ``#`` in
+    any reference), each percent-decoded (RFC 3986), then unescaped (``~1`` -> ``/``, ``~0`` -> ``~``)."""
+    fragment = ref.partition("#")[2]
+    return [unquote(raw).replace("~1", "/").replace("~0", "~") for raw in fragment.removeprefix("/").split("/")]
+
+
 def resolve_ref(root: JsonValue, ref: str) -> tuple[str, JsonValue] | None:
     """The one JSON-pointer resolver: a local ``$ref`` (``#`` or ``#/a/b``) as (its canonical
     RFC 6901 pointer, the node it points at), or None when it is not a local pointer or points
@@ -70,7 +77,7 @@ def resolve_ref(root: JsonValue, ref: str) -> tuple[str, JsonValue] | None:
     if not ref.startswith("#/"):
         return None
     node = root
-    tokens = [unquote(raw).replace("~1", "/").replace("~0", "~") for raw in ref[2:].split("/")]
+    tokens = ref_tokens(ref)
     for tok in tokens:
         if isinstance(node, dict) and tok in node:
             node = node[tok]

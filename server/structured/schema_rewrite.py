@@ -27,10 +27,9 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from urllib.parse import unquote
 
 from server.json_types import JsonArray, JsonObject, JsonValue, integral_numbers
-from server.structured.schema_refs import resolve_ref
+from server.structured.schema_refs import ref_tokens, resolve_ref
 
 __all__ = ["rewrite_schema", "ASSERTED_FORMATS"]
 
@@ -59,7 +58,7 @@ def _ref_tokens(schema: JsonValue) -> frozenset[str]:
         if isinstance(node, dict):
             ref = node.get("$ref")
             if isinstance(ref, str):
-                out.update(unquote(t).replace("~1", "/").replace("~0", "~") for t in ref.partition("#")[2].split("/"))
+                out.update(ref_tokens(ref))
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)

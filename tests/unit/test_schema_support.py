@@ -174,13 +174,14 @@ def test_normalize_keeps_the_valid_set_and_makes_loose_uses_exact() -> None:
 def test_one_pointer_resolver_percent_decodes_and_unescapes():
     """RFC 6901 tokens inside a URI fragment: percent-decoded first, then ~1 / ~0; the
     keyword map and the $ref checks resolve through the same function."""
-    from server.structured.schema_refs import check_refs, resolve_ref
+    from server.structured.schema_refs import check_refs, ref_tokens, resolve_ref
 
     schema = {"$defs": {"a b": {"type": "string"}, "x/y": {"type": "integer"}, "t~": {"type": "null"}}}
     assert resolve_ref(schema, "#/$defs/a%20b") == ("/$defs/a b", {"type": "string"})
     assert resolve_ref(schema, "#/$defs/x~1y") == ("/$defs/x~1y", {"type": "integer"})
     assert resolve_ref(schema, "#/$defs/t~0") == ("/$defs/t~0", {"type": "null"})
     assert resolve_ref(schema, "#") == ("", schema)
+    assert ref_tokens("#/$defs/a%20b/x~1y~0") == ["$defs", "a b", "x/y~"]  # (the rewrite's kept keywords too)
     assert resolve_ref(schema, "#/$defs/missing") is None and resolve_ref(schema, "other.json#/a") is None
     looped = {"$defs": {"a b": {"$ref": "#/$defs/a%20b"}}, "$ref": "#/$defs/a%20b"}
     with pytest.raises(Exception, match="loop"):
