@@ -8,7 +8,13 @@ when it is sent again (warm). The ``agent next turn`` row is the bench's agent t
 turn by turn: each prompt is new, but all of it except the last user message was the
 previous turn's prompt (what a real agent sends; cold there is the transcript's first turn).
 
-    python -m bench.prepare_cost [--repeats 50]
+``--long`` adds long agent transcripts (10 to 80 turns, each with a tool result of about 500
+tokens: 6k to 47k prompt tokens): the milliseconds a next turn's plan takes warm (every earlier
+message was seen the turn before), beside what transformers' ``apply_chat_template`` with
+``tokenize=True`` takes on the same messages and template (how vLLM's server prepares a chat
+prompt: the whole transcript rendered and tokenised again each turn).
+
+    python -m bench.prepare_cost [--repeats 50] [--long]
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ import argparse
 import time
 from typing import Any
 
-__all__ = ["main", "requests"]
+__all__ = ["long_history", "main", "requests"]
 
 
 def _tool(i: int, salt: str) -> dict[str, Any]:
@@ -60,13 +66,66 @@ def _state() -> Any:
                        tool_parser=get_tool_parser("hermes"))
 
 
-def main(argv: list[str] | None = None) -> None:
+def long_history(turns: int) -> list[dict[str, Any]]:
+    """An agent transcript of ``turns`` turns (the bench's agent turns, cycled), each tool result
+    carrying a log of about 500 tokens."""
+    import json
+
+    from bench.workloads import AGENT_SYSTEM, AGENT_TURNS
+
+    log = " ".join(f"line {i}: the shipment record shows normal handling at depot {i % 7}." for i in range(30))
+    msgs: list[dict[str, Any]] = [{"role": "system", "content": AGENT_SYSTEM}]
+    for k in range(turns):
+        user, tool, args, result, reply = AGENT_TURNS[k % len(AGENT_TURNS)]
+        call = {"id": f"call_{k}", "type": "function", "function": {"name": tool, "arguments": json.dumps(args)}}
+        msgs += [{"role": "user", "content": f"{user} ({k})"},
+                 {"role": "assistant", "content": None, "tool_calls": [call]},
+                 {"role": "tool", "tool_call_id": call["id"], "content": json.dumps({**result, "log": log})},
+                 {"role": "assistant", "content": reply}]
+    return msgs
+
+
+def _long_rows(state: Any) -> None:
+    """Next-turn plan cost on long transcripts, beside transformers' render and tokenise."""
+    import transformers
+
+    from bench.workloads import AGENT_TOOLS
+    from chat_templates import builtin_template_path
+    from server.default_model import ensure_default_model
     from server.plan import build_plan
+    from server.protocol import ChatCompletionRequest
+
+    tok = transformers.AutoTokenizer.from_pretrained(str(ensure_default_model(progress=False)))
+    template = builtin_template_path("hermes").read_text()
+    print("\n| transcript | messages | prompt tokens | gramserve next turn ms (warm) "
+          "| transformers apply_chat_template ms | ratio |\n| --- | --- | --- | --- | --- | --- |")
+    for turns in (10, 40, 80):
+        times, body = [], {}
+        for t in range(turns - 4, turns + 1):  # the turns before warm the pieces, as a live agent's would
+            body = {"messages": long_history(t) + [{"role": "user", "content": "And next?"}],
+                    "tools": AGENT_TOOLS, "tool_choice": "auto"}
+            req = ChatCompletionRequest.model_validate(body)
+            t0 = time.process_time()
+            plan = build_plan(state, req)
+            times.append((time.process_time() - t0) * 1000)
+        t0 = time.process_time()
+        for _ in range(3):
+            tok.apply_chat_template(body["messages"], tools=AGENT_TOOLS, chat_template=template,
+                                    add_generation_prompt=True, tokenize=True)
+        hf = (time.process_time() - t0) * 1000 / 3
+        ours = sum(times[1:]) / (len(times) - 1)
+        print(f"| {turns} turns | {len(body['messages'])} | {len(plan.prompt_ids)} | {ours:.2f} | {hf:.1f} "
+              f"| {ours / hf:.2f} |")
+
+
+def main(argv: list[str] | None = None) -> None:
     from bench.workloads import _agent_bodies
+    from server.plan import build_plan
     from server.protocol import ChatCompletionRequest
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--long", action="store_true", help="add long agent transcripts (6k-47k prompt tokens)")
     args = ap.parse_args(argv)
     state = _state()
     print("| request | cold ms (first time) | warm ms (per request, CPU) |\n| --- | --- | --- |")
@@ -87,6 +146,8 @@ def main(argv: list[str] | None = None) -> None:
         build_plan(state, req)
         times.append((time.process_time() - t0) * 1000)
     print(f"| agent next turn ({len(turns)} turns) | {times[0]:.1f} | {sum(times[1:]) / (len(times) - 1):.2f} |")
+    if args.long:
+        _long_rows(state)
 
 
 if __name__ == "__main__":
