@@ -93,3 +93,15 @@ def test_prefix_stability_tells_a_stable_template_from_one_that_drops_thinking()
     qwen3 = check_template("qwen3", (TEMPLATES / "qwen3.jinja").read_text())
     assert qwen3["next user turn"] == "prefix"
     assert qwen3["after a tool result, thinking"].startswith("differs after 4 messages")
+
+
+def test_prepare_cost_long_history_is_a_valid_growing_agent_transcript():
+    from server.protocol import ChatCompletionRequest
+
+    short, long = prepare_cost.long_history(2), prepare_cost.long_history(5)
+    assert len(short) == 1 + 4 * 2 and long[: len(short)] == short  # a turn adds four messages, the past unchanged
+    ChatCompletionRequest.model_validate({"messages": long + [{"role": "user", "content": "next"}]})
+    calls = [m for m in long if m["role"] == "assistant" and m.get("tool_calls")]
+    results = [m for m in long if m["role"] == "tool"]
+    assert [c["tool_calls"][0]["id"] for c in calls] == [r["tool_call_id"] for r in results] == [f"call_{k}" for k in range(5)]
+    assert all(len(r["content"]) > 1500 for r in results)  # each result carries its log (about 500 tokens)
