@@ -71,10 +71,16 @@ class SchemaCheckReport(TypedDict):
     items: list[CheckedSchema]
 
 
+#: The keys of a response format's ``json_schema`` object: a body of only these is that object, whatever its schema.
+_WRAPPER_KEYS = frozenset({"schema", "name", "strict", "description"})
+
+
 def split_body(body: JsonValue) -> list[tuple[str, JsonValue]]:
     """(label, schema) pairs: one schema, or each tool's parameters."""
     tools = body if isinstance(body, list) else body.get("tools") if isinstance(body, dict) else None
-    if isinstance(body, dict) and isinstance(body.get("schema"), dict) and "tools" not in body:
+    if isinstance(body, dict) and "schema" in body and "tools" not in body and (
+            isinstance(body["schema"], dict) or body.keys() <= _WRAPPER_KEYS):
+        # (``{"schema": true}`` is that schema, which a request refuses, not an object with an unknown keyword)
         return [("schema", body["schema"])]
     if tools is None:
         if not isinstance(body, dict):

@@ -62,3 +62,25 @@ def test_cli_exit_codes(tmp_path, capsys):
     assert "uniqueItems at /properties/tags" in capsys.readouterr().out
     assert check_schema_main([str(exact), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+@pytest.mark.parametrize("body", [{"schema": True}, {"schema": False, "strict": True, "name": "n"}])
+def test_a_boolean_schema_is_refused_as_the_request_refuses_it(cache, body):
+    """``{"schema": true}`` is a response format's schema that is not an object (a request gets a 400),
+    not a schema object with an unknown ``schema`` keyword (which is exact)."""
+    from pydantic import ValidationError
+
+    from server.protocol import ChatCompletionRequest
+
+    with pytest.raises(ValidationError, match="response_format.json_schema.schema"):
+        ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "-"}], "response_format": {
+            "type": "json_schema", "json_schema": {"name": "n", **body}}})
+    report = check_schema_report(body, cache=cache)
+    item = report["items"][0]
+    assert report["ok"] is False and item["strict_ok"] is False and item["compiles"] is False
+    assert "response_format.json_schema.schema" in item["error"]
+
+
+def test_a_bare_schema_may_carry_an_annotation_named_schema(cache):
+    report = check_schema_report({**EXACT, "schema": "v1"}, cache=cache)
+    assert report["ok"] is True and report["items"][0]["name"] == "schema"
