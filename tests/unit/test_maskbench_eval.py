@@ -48,3 +48,20 @@ def test_a_raw_control_character_in_a_string_counts_as_too_loose() -> None:
     assert _instances(xgrammar_alone, record) == (0, 1)
     row = judge_schema(record)
     assert row["gramserve"] == row["xgrammar_alone"] == "passing", row
+
+
+def test_no_case_of_the_official_test_suite_is_served_too_loose() -> None:
+    """The JSON-Schema-Test-Suite (draft 2020-12, vendored: 383 cases whose instances probe each keyword's
+    edges) down the strict request path: no accepted schema lets an invalid instance through, and the
+    schema check gives every case the request's verdict (``{"schema": true}``'s two cases once did not)."""
+    from evals.maskbench import load
+    from tests.testdata import VENDORED
+
+    records = load(VENDORED / "json_schema_test_suite" / "draft2020-12")
+    assert len(records) == 383 and {r["id"] for r in records} >= {"boolean_schema#0", "oneOf#0", "ref#0"}
+    rows = [judge_schema(r) for r in records]
+    outcomes = {row["gramserve"] for row in rows}
+    assert "too_loose" not in outcomes and "timeout" not in outcomes, [r["id"] for r in rows if r["gramserve"] == "too_loose"]
+    assert [r["id"] for r in rows if not r["check_agrees"]] == []
+    served = sum(row["gramserve"] != "refused" for row in rows)
+    assert served > 200  # (216 at 63a926a: a check that refused everything would pass the rest)
