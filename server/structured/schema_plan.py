@@ -87,6 +87,7 @@ class SchemaDecision:
     xgrammar_problems: tuple[Problem, ...] = ()
     keywords: tuple[KeywordUse, ...] = field(default=(), compare=False)  # XGrammar's per-keyword report
     xgrammar_stricter: tuple[Problem, ...] = ()  # valid documents XGrammar's grammar cannot write
+    llguidance_stricter: tuple[Problem, ...] = ()  # valid documents llguidance's grammar cannot write
 
     @property
     def exact(self) -> bool:
@@ -123,8 +124,9 @@ class SchemaDecision:
 
     @property
     def stricter(self) -> tuple[Problem, ...]:
-        """Where the chosen grammar is stricter than the schema (XGrammar chosen when llguidance is not exact)."""
-        return self.xgrammar_stricter if self.backend == "xgrammar" else ()
+        """Where the chosen grammar is stricter than the schema (every output valid, some valid documents
+        not writable): chosen where no backend is both exact and complete."""
+        return self.xgrammar_stricter if self.backend == "xgrammar" else self.llguidance_stricter
 
     def report(self) -> DecisionReport:
         """The JSON form the schema check returns."""
@@ -160,13 +162,14 @@ def _decide(schema: JsonObject, *, guidance: bool) -> SchemaDecision:
         return SchemaDecision("xgrammar", normal, x_schema, (), (), tuple(report.entries))
     ll = (_llguidance_problems(normal, report.entries) if guidance
           else [Problem("llguidance", "schema", "", "this engine runs XGrammar only")])
-    # XGrammar when exact and complete; else llguidance when exact; else XGrammar when exact but
-    # stricter than the schema (every output still valid; some valid documents not writable).
-    order: list[tuple[Backend, bool]] = [("xgrammar", not xg and not stricter), ("llguidance", not ll),
-                                         ("xgrammar", not xg)]
+    ll_stricter = _llguidance_incomplete(normal) if not ll else []
+    # A backend exact and complete (XGrammar first); else one exact but stricter than the schema (every
+    # output still valid; some valid documents not writable), XGrammar first.
+    order: list[tuple[Backend, bool]] = [("xgrammar", not xg and not stricter), ("llguidance", not ll and not ll_stricter),
+                                         ("xgrammar", not xg), ("llguidance", not ll)]
     backend: Backend | None = next((b for b, ok in order if ok), None)
     return SchemaDecision(backend, normal, x_schema, tuple(ll), tuple(xg), tuple(report.entries),
-                          tuple(stricter))
+                          tuple(stricter), tuple(ll_stricter))
 
 
 _TOOL_MEMO: BoundedLRU[str, tuple[JsonObject, tuple[Problem, ...]]] = BoundedLRU(max_entries=1024, max_chars=32 << 20)
@@ -343,6 +346,22 @@ def _llguidance_problems(schema: JsonObject, uses: list[KeywordUse]) -> list[Pro
     out: list[Problem] = []
     for text in messages[:1] if is_error else messages:
         out.extend(_locate(text.strip(), uses))
+    return out
+
+
+def _llguidance_incomplete(schema: JsonObject) -> list[Problem]:
+    """Where llguidance's grammar is stricter than ``schema``: valid documents it cannot write. llguidance
+    1.7 matches ``multipleOf`` on unsigned digits only, so no negative multiple is writable
+    (guidance-ai/llguidance#222, fixed after 1.7.6): stricter wherever the bounds let a number be negative."""
+    out: list[Problem] = []
+    for pointer, node in _pointed(schema):
+        if isinstance(node, bool) or "multipleOf" not in node:
+            continue
+        types = node.get("type")
+        numeric = types is None or bool({"number", "integer"} & set(types if isinstance(types, list) else [types]))
+        floor = [node.get(k) for k in ("minimum", "exclusiveMinimum")]
+        if numeric and not any(isinstance(b, (int, float)) and not isinstance(b, bool) and b >= 0 for b in floor):
+            out.append(Problem("llguidance", "multipleOf", pointer, "llguidance writes no negative multiples"))
     return out
 
 

@@ -12,6 +12,7 @@ per-keyword report see the rewritten schema:
   the rest holds" as an ``anyOf`` under ``allOf`` (draft 7's ``dependencies`` is enforced whatever
   ``$schema`` says: where 2020-12 reads it as an annotation, that is stricter, never looser);
 * draft 4's boolean ``exclusiveMinimum`` / ``exclusiveMaximum`` as the later numeric form;
+* ``type: number`` beside a whole-number ``multipleOf`` as ``integer`` (the same instances);
 * array-form ``items`` with ``additionalItems`` (draft 2019 and older) as ``prefixItems`` /
   ``items``; ``additionalItems`` beside a single ``items`` schema has no effect;
 * ``format`` values outside JSON Schema's format vocabulary are annotations: dropped;
@@ -81,6 +82,7 @@ def _rewrite(node: JsonValue, *, depth: int, kept: frozenset[str] = frozenset(),
     _drop_annotation_formats(node)
     _drop_inapplicable(node, kept)
     _draft4_bounds(node)
+    _integral_multiples(node)
     _array_items(node)
     _dependencies(node)
     node = _eliminate_not(node)
@@ -131,6 +133,25 @@ def _draft4_bounds(node: JsonObject) -> None:
             node.pop(flag)
             if value and bound in node:
                 node[flag] = node.pop(bound)
+
+
+def _integral_multiples(node: JsonObject) -> None:
+    """A number that must be a multiple of a whole number is an integer (2020-12: a number with no
+    fractional part, ``6.0`` included): ``type: number`` becomes ``integer`` beside such a
+    ``multipleOf``, which XGrammar enforces exactly, negatives included, where llguidance 1.7 writes no
+    negative multiple (guidance-ai/llguidance#222) and XGrammar ignores ``multipleOf`` on a number."""
+    step = node.get("multipleOf")
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0 or not float(step).is_integer():
+        return
+    types = node.get("type")
+    if types == "number":
+        node["type"] = "integer"
+    elif isinstance(types, list) and "number" in types and all(isinstance(t, str) for t in types):
+        node["type"] = list(dict.fromkeys("integer" if t == "number" else t for t in types))
+    else:
+        return
+    if isinstance(step, float) and abs(step) < 2**53:
+        node["multipleOf"] = int(step)
 
 
 def _array_items(node: JsonObject) -> None:

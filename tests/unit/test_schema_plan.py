@@ -179,6 +179,9 @@ REWRITES = [
     ({"type": "array", "properties": {"a": {"type": "integer"}}, "required": ["a"], "items": {"type": "integer"}},
      [[], [1, 2], [{"a": 1}], {"a": 1}]),
     ({"type": ["integer", "null"], "minLength": 3, "pattern": "^a", "maxItems": 1, "minimum": 2}, [1, 2, None, "abc", [1]]),
+    # a whole-number multipleOf on a number: an integer (XGrammar, negatives included; llguidance 1.7 writes none)
+    ({"type": "number", "multipleOf": 2}, [-6, -3, 0, 4, 4.5, "4"]),  # (-4.0 is the value -4: written so)
+    ({"type": ["number", "null"], "multipleOf": 3.0}, [-9, -3, 1, 6, None, 1.5]),
 ]
 
 
@@ -194,6 +197,25 @@ def test_rewrites_keep_the_valid_instances(schema: dict[str, Any], instances: li
     c = _strict(schema)  # and a backend now enforces it exactly
     for x in instances:
         assert _accepts(c, x) == cls(schema).is_valid(x), (x, c.backend)
+
+
+def test_llguidance_is_reported_stricter_where_a_multiple_may_be_negative() -> None:
+    """llguidance 1.7 writes no negative multiple (guidance-ai/llguidance#222): a ``multipleOf`` that
+    bounds let go below zero is served on it as stricter than the schema, not as exact; a whole-number
+    step on a number is an integer, which XGrammar enforces exactly."""
+    loose_on_xgrammar = {"type": "object", "properties": {"t": {"type": "number", "multipleOf": 0.5}}, "required": ["t"]}
+    d = decide_schema(loose_on_xgrammar)
+    assert d.backend == "llguidance" and d.exact
+    assert [(p.backend, p.keyword, p.pointer) for p in d.stricter] == [("llguidance", "multipleOf", "/properties/t")]
+    c = _strict(loose_on_xgrammar)
+    assert _accepts(c, {"t": 1.5}) and not _accepts(c, {"t": -1.5})  # the measured gap, reported
+    at_or_above_zero = {"type": "number", "multipleOf": 0.5, "minimum": 0}
+    assert decide_schema(at_or_above_zero).backend == "llguidance" and decide_schema(at_or_above_zero).stricter == ()
+    ranged = {"type": "integer", "multipleOf": 5, "minimum": -100, "maximum": 100}  # XGrammar ignores multipleOf here
+    assert decide_schema(ranged).backend == "llguidance" and decide_schema(ranged).stricter
+    whole = {"type": "number", "multipleOf": 2}
+    assert decide_schema(whole).backend == "xgrammar" and decide_schema(whole).stricter == ()
+    assert _accepts(_strict(whole), -6) and not _accepts(_strict(whole), -3)
 
 
 def test_keywords_of_an_excluded_type_are_dropped() -> None:
