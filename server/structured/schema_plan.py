@@ -149,7 +149,7 @@ def decide_schema(schema: JsonObject, *, guidance: bool = True) -> SchemaDecisio
 
 
 def _decide(schema: JsonObject, *, guidance: bool) -> SchemaDecision:
-    normal = normalize_schema(schema)
+    normal = normalize_schema(schema, declare_names=False)
     x_schema = xgrammar_form(copy.deepcopy(normal))
     report = analyze_schema(x_schema, strict_mode=True)
     xg = [Problem("xgrammar", e.keyword, e.pointer, e.note or e.level.lower()) for e in report.entries
@@ -300,9 +300,10 @@ def xgrammar_form(schema: JsonObject) -> JsonObject:
     further item (XGrammar 0.2.8 writes ``{"type": "array", "maxItems": 3}`` as ``[]`` alone, and
     refuses ``minItems`` there).
     ``schema`` is normalised (a private copy): changed in place and returned."""
-    from server.structured.schema_support import walk_schemas
+    from server.structured.schema_support import declare_required, walk_schemas
 
-    for node in walk_schemas(schema):
+    for node in list(walk_schemas(schema)):  # (declaring adds properties: not while walking them)
+        declare_required(node)  # (XGrammar's strict mode would forbid a required name left undeclared)
         if _is_object_schema(node) and not ({"additionalProperties", "unevaluatedProperties", "patternProperties",
                                              "$ref"} & node.keys()):
             node["additionalProperties"] = True

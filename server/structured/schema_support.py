@@ -41,6 +41,7 @@ __all__ = [
     "KeywordUse",
     "SchemaReport",
     "analyze_schema",
+    "declare_required",
     "normalize_schema",
     "walk_schemas",
     "child_schemas",
@@ -501,7 +502,8 @@ def _num(v: JsonValue) -> TypeGuard[int | float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _declare_required(node: JsonObject) -> None:
+def declare_required(node: JsonObject) -> None:
+    """Required names missing from ``properties`` declared there (XGrammar enforces only declared ones)."""
     req = node.get("required")
     props = node.get("properties", {})
     if not isinstance(req, list) or not isinstance(props, dict) or "patternProperties" in node:
@@ -564,7 +566,7 @@ def _exact_dates(node: JsonObject) -> None:
         node["pattern"] = "^" + _FORMAT_PATTERNS[fmt] + "$"
 
 
-def normalize_schema(schema: JsonObject) -> JsonObject:
+def normalize_schema(schema: JsonObject, *, declare_names: bool = True) -> JsonObject:
     """A copy with the same valid instances, rewritten so more of it is enforced exactly.
 
     First the exact rewrites of ``schema_rewrite`` (``not``, ``dependencies``, array-form
@@ -576,6 +578,8 @@ def normalize_schema(schema: JsonObject) -> JsonObject:
     ``unevaluatedProperties`` / ``unevaluatedItems`` without applicators turned into
     ``additionalProperties`` / ``items`` (the same meaning there; the former are ignored);
     ``format: date`` / ``date-time`` on strings turned into calendar-exact patterns.
+    ``declare_names`` False leaves required names undeclared (llguidance's form: it writes them as
+    other properties, and a name declared in a branch would fix that branch's property order).
     """
     out = rewrite_schema(schema)  # a copy: not / dependencies / array items / formats / oneOf, exactly
     if not isinstance(out, dict):  # rewritten to ``false``: nothing valid; let the backends say so
@@ -594,7 +598,8 @@ def normalize_schema(schema: JsonObject) -> JsonObject:
             node.pop("else", None)
         _round_integer_bounds(node)
         _unevaluated_to_additional(node)
-        _declare_required(node)
+        if declare_names:
+            declare_required(node)
         _filter_enum(node)
         _exact_dates(node)
     return out

@@ -129,6 +129,22 @@ def test_each_too_strict_kind_is_writable_or_reported(kind: str) -> None:
     assert _accepts(alone, valid) or decide_schema(schema, guidance=False).stricter, kind
 
 
+def test_a_branch_that_requires_a_declared_name_keeps_the_declared_order() -> None:
+    """llguidance writes properties in the order they are declared, a branch's after the node's own: a
+    required name declared again in an ``anyOf`` branch (as XGrammar needs: its strict mode writes no
+    undeclared name) put that name first, and ``{"date": ..., "title": ...}`` in the schema's own order
+    was not writable (MaskBench's Github_easy o65451). llguidance's form leaves the names undeclared."""
+    schema = {"type": "object", "required": ["date"], "anyOf": [{"required": ["title"]}, {"required": ["note"]}],
+              "properties": {"date": {"type": "string"}, "note": {"type": "string"}, "title": {"type": "string"}}}
+    c = _strict(schema)
+    assert c.backend == "llguidance"
+    accepts = mb._llguidance_accepts(c.value)
+    assert accepts('{"date":"d","title":"t"}') and accepts('{"date":"d","note":"n","title":"t"}')
+    assert not accepts('{"date":"d"}')  # one of the branches' names is still required
+    x = decide_schema(schema).xgrammar_schema  # XGrammar's form still declares them
+    assert all(b["properties"] for b in x["anyOf"])
+
+
 def test_a_refusal_names_keyword_pointer_and_backends() -> None:
     schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True}}}
     with pytest.raises(APIError) as info:
