@@ -32,19 +32,8 @@ from server.structured.schema_refs import escape_token, local_validator, resolve
 from server.structured.schema_rewrite import rewrite_schema
 
 __all__ = [
-    "EXACT",
-    "LOOSE",
-    "REJECTED",
-    "ANNOTATION",
-    "XGRAMMAR_VERSION",
-    "KEYWORD_LEVELS",
-    "KeywordUse",
-    "SchemaReport",
-    "analyze_schema",
-    "declare_required",
-    "normalize_schema",
-    "walk_schemas",
-    "child_schemas",
+    "EXACT", "LOOSE", "REJECTED", "ANNOTATION", "XGRAMMAR_VERSION", "KEYWORD_LEVELS", "KeywordUse", "SchemaReport",
+    "analyze_schema", "declare_required", "normalize_schema", "walk_schemas", "child_schemas",
 ]
 
 EXACT = "EXACT"
