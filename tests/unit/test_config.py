@@ -17,6 +17,8 @@ def test_every_setting_has_a_flag_and_help() -> None:
         assert f.name in flags, f.name
         assert flags[f.name].help
     assert settings_from_args([]) == Settings(), "no flags, no environment: the declared defaults"
+    # every help renders (argparse reads a help as a %-format: a bare "30%" in one broke `--help`)
+    assert "--stream-interval" in build_parser().format_help()
 
 
 @pytest.mark.parametrize("flag,env_value,cli_value,field,from_env,from_cli", [
