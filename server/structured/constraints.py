@@ -145,9 +145,6 @@ def _reasoning_prefix(spec: ReasoningSpec) -> JsonObject:
 # Validation helpers (same xgrammar entry points vLLM uses; no tokenizer needed).
 
 
-_xgr_message = grammar_error_message
-
-
 _UNSEEN = object()
 # kind + canonical JSON -> problem (None: fine). Keys are client schemas (each up to
 # --max-schema-bytes): bounded in their size too.
@@ -211,7 +208,7 @@ def _check_regex(pattern: JsonValue, param: str) -> str:
     try:
         xgr.Grammar.from_regex(pattern)
     except GRAMMAR_ERRORS as exc:
-        raise ConstraintError(f"{param} is not a supported regex: {_xgr_message(exc)}", param) from None
+        raise ConstraintError(f"{param} is not a supported regex: {grammar_error_message(exc)}", param) from None
     return pattern
 
 
@@ -240,7 +237,7 @@ def _check_grammar(grammar: JsonValue, param: str) -> str:
         parsed = xgr.Grammar.from_lark(grammar) if lark else xgr.Grammar.from_ebnf(grammar)
     except GRAMMAR_ERRORS as exc:
         kind = "Lark" if lark else "EBNF (GBNF)"
-        raise ConstraintError(f"{param} has a {kind} syntax error: {_xgr_message(exc)}", param) from None
+        raise ConstraintError(f"{param} has a {kind} syntax error: {grammar_error_message(exc)}", param) from None
     return str(parsed) if lark else grammar
 
 
@@ -262,7 +259,7 @@ def _check_structural_tag(tag: JsonObject, param: str | None) -> None:
         try:
             xgr.Grammar.from_structural_tag(json.dumps(tag))
         except GRAMMAR_ERRORS as exc:
-            return f"The constraint cannot be compiled: {_xgr_message(exc)}"
+            return f"The constraint cannot be compiled: {grammar_error_message(exc)}"
         return None
 
     problem = _remembered_problem("tag:", tag, find)
@@ -323,7 +320,7 @@ def _check_xgrammar_schema(schema: JsonValue, param: str) -> None:
         try:
             xgr.Grammar.from_json_schema(json.dumps(schema))
         except GRAMMAR_ERRORS as exc:
-            return f"cannot be compiled to a grammar: {_xgr_message(exc)}"
+            return f"cannot be compiled to a grammar: {grammar_error_message(exc)}"
         return None
 
     problem = _remembered_problem("xgr:", schema, find)

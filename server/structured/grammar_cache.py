@@ -22,8 +22,8 @@ from server.engine.vllm_plugin import lower_thread_priority
 from server.engine.xgrammar_json import JSON_OBJECT_SCHEMA, fixed_ebnf
 from server.loop_budget import may_block
 from server.lru import BoundedLRU
-from server.structured.constraints import JSON_OBJECT, Constraint, _is_lark, _xgr_message
-from server.structured.errors import GRAMMAR_ERRORS
+from server.structured.constraints import JSON_OBJECT, Constraint, _is_lark
+from server.structured.errors import GRAMMAR_ERRORS, grammar_error_message
 
 if TYPE_CHECKING:  # pragma: no cover
     import llguidance as llg
@@ -176,7 +176,7 @@ class GrammarCache:
         try:
             compile_constraint(self.compiler, constraint, disable_any_whitespace=self.disable_any_whitespace)
         except GRAMMAR_ERRORS as exc:  # xgrammar reports every compile failure as an exception
-            return CompileResult(False, time.perf_counter() - start, False, _xgr_message(exc))
+            return CompileResult(False, time.perf_counter() - start, False, grammar_error_message(exc))
         return CompileResult(True, time.perf_counter() - start, False, None)
 
     def compile(self, constraint: Constraint) -> CompileResult:
